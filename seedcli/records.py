@@ -1,0 +1,175 @@
+"""Trajectory, turn and skill records and their JSON Lines I/O (orjson, append-as-produced, crash tolerant)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Iterator, Type, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from seedcli.errors import UserError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class Turn(BaseModel):
+    """One agent turn: what the agent saw, what it wrote, and what the game made of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(description="1-based step number within the episode")
+    observation: str = Field(description="observation shown in this turn's prompt")
+    admissible: list[str] = Field(description="admissible actions shown in the prompt (without 'help')")
+    prompt: str = Field(description="the user message of this turn (before the chat template)")
+    response: str = Field(description="the generated text")
+    response_ids: list[int] = Field(default_factory=list, description="generated token ids, stop token included")
+    logprobs: list[float] = Field(default_factory=list, description="engine log-prob of each generated token")
+    action: str = Field(description="parsed, lower-cased action sent to the game")
+    valid: bool = Field(description="both tags present and the action non-empty")
+    admissible_action: bool = Field(default=False, description="the action was one of the admissible actions")
+    finish_reason: str = Field(default="stop", description="'stop' or 'length'")
+
+
+class Trajectory(BaseModel):
+    """One finished episode of one game."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str
+    group_id: str = Field(description="episodes of the same game in the same run share a group id")
+    game_file: str = Field(description="game.tw-pddl path relative to ALFWORLD_DATA")
+    split: str
+    task_type: str
+    task: str
+    turns: list[Turn]
+    won: bool
+    reward: float = Field(description="10 if won else 0 (invalid-turn penalties are per turn, in rl)")
+    length: int
+    engine: str
+    model_id: str
+    model_hash: str
+    sampling: dict = Field(description="temperature, top_p, max_new_tokens, max_steps, history")
+    prompt_version: str
+    seed: int
+    policy: str = Field(default="model", description="model | expert | random")
+
+    @property
+    def invalid_turns(self) -> int:
+        return sum(not t.valid for t in self.turns)
+
+
+class SkillRecord(BaseModel):
+    """A hindsight skill written for one trajectory (kept), or the reason it was rejected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str
+    key: str = Field(description="hash of (analyzer, model, prompt version, trajectory)")
+    task_type: str
+    task: str
+    won: bool
+    analyzer: str
+    model: str
+    prompt_version: str
+    prompt: str = Field(description="the analysis prompt that was sent")
+    raw: str = Field(description="the analyzer's raw answer")
+    episode_summary: str | None = None
+    episode_skill: str | None = None
+    reason: str | None = Field(default=None, description="why the record was rejected; None when kept")
+    usage: dict = Field(default_factory=dict, description="prompt_tokens, completion_tokens, latency_s, attempts")
+
+
+def dumps(record: BaseModel | dict) -> bytes:
+    """One JSON line."""
+    data = record.model_dump(mode="json") if isinstance(record, BaseModel) else record
+    return orjson.dumps(data) + b"\n"
+
+
+class JsonlWriter:
+    """Appends records, flushing each so that a killed process loses at most the line being written."""
+
+    def __init__(self, path: Path, fsync: bool = False):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        repair_tail(self.path)
+        self._fh = open(self.path, "ab")
+        self._fsync = fsync
+
+    def write(self, record: BaseModel | dict) -> None:
+        self._fh.write(dumps(record))
+        self._fh.flush()
+        if self._fsync:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+
+    def __enter__(self) -> "JsonlWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def repair_tail(path: Path) -> int:
+    """Drop a partial last line left by a crash; returns the number of bytes removed."""
+    if not path.exists() or path.stat().st_size == 0:
+        return 0
+    with open(path, "rb+") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - 1))
+        if fh.read(1) == b"\n":
+            return 0
+        data_start = max(0, size - (1 << 20))
+        fh.seek(data_start)
+        tail = fh.read()
+        cut = tail.rfind(b"\n")
+        new_size = data_start + cut + 1 if cut >= 0 else 0
+        if cut < 0 and data_start > 0:
+            return 0  # a single line longer than 1 MiB: leave it to the reader to report
+        fh.truncate(new_size)
+        return size - new_size
+
+
+def iter_jsonl(path: Path, model: Type[T] | None = None) -> Iterator[T | dict]:
+    """Read records; a malformed line is a one-line UserError naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: file not found")
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = orjson.loads(line)
+                yield model.model_validate(data) if model is not None else data
+            except Exception as exc:  # noqa: BLE001 - any parse/validation problem is the same user error
+                first = str(exc).splitlines()[0][:200]
+                raise UserError(
+                    f"{path}:{lineno}: not a valid {model.__name__ if model else 'JSON'} record ({first}); "
+                    "the file was modified or is from another version — rerun the stage that wrote it"
+                ) from None
+
+
+def read_jsonl(path: Path, model: Type[T] | None = None) -> list[T | dict]:
+    return list(iter_jsonl(path, model))
+
+
+def write_jsonl(path: Path, records: Iterable[BaseModel | dict]) -> int:
+    """Write a whole file atomically (temp + rename); returns the record count."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with open(tmp, "wb") as fh:
+        for record in records:
+            fh.write(dumps(record))
+            n += 1
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return n

@@ -1,0 +1,125 @@
+"""`seed collect`: the policy plays ALFWorld games; every episode lands in `trajectories.jsonl` as it finishes.
+
+One GPU (the paper's Stage-1 data: 180 games × 8 rollouts):
+    seed collect --env alfworld --model Qwen2.5-3B-Instruct/ --engine vllm --tasks 180 --rollouts 8
+CPU smoke run on a tiny model:
+    seed model init --preset tiny --out /tmp/m
+    seed collect --model /tmp/m --tasks 6 --rollouts 2 --max-steps 4 --max-new-tokens 48
+Eight GPUs: run one collect per GPU on disjoint `--task-types` (collection is embarrassingly parallel) or use vLLM
+with tensor parallelism on one large model.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from seedcli.artifacts import Manifest, open_run
+from seedcli.config import CollectConfig, RolloutConfig
+from seedcli.envs.alfworld import EnvPool, list_games, resolve_data_root, resolve_split, select_games
+from seedcli.errors import UserError
+from seedcli.progress import StageProgress
+from seedcli.records import JsonlWriter, Trajectory, iter_jsonl, repair_tail, write_jsonl
+from seedcli.rollout import EpisodeSpec, ModelPolicy, RolloutSettings, episode_metrics, play_episodes
+
+
+def check_model_dir(model: str | None, flag: str = "--model") -> Path:
+    """A model directory in Hugging Face format, or a one-line error."""
+    if not model:
+        raise UserError(f"no model given: pass {flag} DIR (build a tiny one with `seed model init --preset tiny --out DIR`)")
+    path = Path(model)
+    if not path.is_dir():
+        raise UserError(f"{flag} {path}: no such directory (build one with `seed model init --preset tiny --out {path}`)")
+    if not (path / "config.json").exists():
+        raise UserError(f"{flag} {path}: no config.json; not a Hugging Face model directory")
+    return path
+
+
+def settings_from(cfg: RolloutConfig) -> RolloutSettings:
+    return RolloutSettings(
+        max_steps=cfg.max_steps,
+        history=cfg.history,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
+    )
+
+
+def load_policy_engine(cfg: RolloutConfig, model_dir: Path):
+    """Engine + the metadata every trajectory records about the model."""
+    from seedcli.engines import load_engine
+    from seedcli.engines.tiny import model_hash
+
+    engine = load_engine(cfg.engine, model_dir, device=cfg.device, seed=cfg.seed)
+    meta = {"engine": cfg.engine, "model_id": str(model_dir), "model_hash": model_hash(model_dir), "policy": "model"}
+    return engine, meta
+
+
+def read_done(path: Path) -> dict[str, Trajectory]:
+    """Episodes already on disk (a resumed run keeps them). A partial last line is dropped, and duplicate
+    episodes (which no normal run writes) collapse to the first copy, rewriting the file."""
+    if not path.exists():
+        return {}
+    repair_tail(path)
+    done: dict[str, Trajectory] = {}
+    lines = 0
+    for t in iter_jsonl(path, Trajectory):
+        lines += 1
+        done.setdefault(t.episode_id, t)
+    if lines != len(done):
+        write_jsonl(path, done.values())
+    return done
+
+
+def run(cfg: CollectConfig) -> Manifest:
+    root = resolve_data_root(cfg.data_root)
+    split = resolve_split(cfg.split)
+    games = select_games(list_games(root, split), cfg.tasks, cfg.seed, cfg.task_types)
+    model_dir = check_model_dir(cfg.model)
+    specs = [
+        EpisodeSpec(episode_id=f"g{gi:04d}-r{r:02d}", group_id=f"g{gi:04d}", game=game)
+        for gi, game in enumerate(games)
+        for r in range(cfg.rollouts)
+    ]
+    with open_run("collect", cfg) as run:
+        out = run.file("trajectories.jsonl")
+        done = read_done(out)
+        todo = [s for s in specs if s.episode_id not in done]
+        engine, meta = load_policy_engine(cfg, model_dir)
+        settings = settings_from(cfg)
+        t0 = time.time()
+        episodes = list(done.values())
+        steps = 0
+        try:
+            with (
+                EnvPool(cfg.workers) as pool,
+                JsonlWriter(out) as writer,
+                StageProgress("collect", len(specs)) as progress,
+            ):
+                progress.advance(len(done))
+
+                def on_done(traj: Trajectory) -> None:
+                    nonlocal steps
+                    writer.write(traj)
+                    episodes.append(traj)
+                    steps += traj.length
+                    wins = sum(e.won for e in episodes)
+                    progress.advance(
+                        1, success=wins / len(episodes), steps_per_s=steps / max(time.time() - t0, 1e-9)
+                    )
+
+                play_episodes(todo, ModelPolicy(engine, settings, cfg.gen_batch), pool, settings, meta, on_done)
+        finally:
+            engine.close()
+        metrics = episode_metrics(episodes)
+        metrics.update(
+            games=len(games),
+            rollouts=cfg.rollouts,
+            split=split,
+            resumed_episodes=len(done),
+            wall_time_s=round(time.time() - t0, 2),
+            model_hash=meta["model_hash"],
+            prompt_version=episodes[0].prompt_version if episodes else None,
+        )
+        return run.complete({"trajectories.jsonl": len(episodes)}, metrics)

@@ -1,0 +1,24 @@
+"""Shared test set-up: ALFWorld data from ../shared (never copied), few threads (two processes share two cores)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+if not os.environ.get("ALFWORLD_DATA"):
+    shared = REPO.parent / "shared" / "alfworld"
+    if shared.is_dir():
+        os.environ["ALFWORLD_DATA"] = str(shared)
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+try:
+    import torch
+
+    torch.set_num_threads(1)
+except ImportError:  # pragma: no cover - torch is a hard dependency; keep collection alive for a clear error
+    pass
