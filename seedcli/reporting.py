@@ -1,0 +1,622 @@
+"""Eval results, markdown reports, run comparisons and plots: pure functions over records and files.
+
+`seed eval` plays the games and then calls `summarize_episodes` → results.json, `render_report` → report.md and
+`plot_success_by_type` → success_by_type.png (or `write_eval_outputs` for all three). `seed report RUN...` compares
+eval runs (`report_command`); `seed plot RUN...` draws training curves from rl runs' metrics.jsonl (`plot_command`).
+
+No torch here. matplotlib is imported inside the plotting functions and draws with the Agg canvas (no display).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from seedcli.artifacts import atomic_write_bytes, atomic_write_text
+from seedcli.errors import UserError
+from seedcli.records import Trajectory
+
+RESULTS_SCHEMA_VERSION = 1
+RESULTS = "results.json"
+METRICS = "metrics.jsonl"
+
+TASK_TYPES_ORDER = ["pick", "look", "clean", "heat", "cool", "pick_two"]
+TASK_TYPE_NAMES = {
+    "pick": "Pick",
+    "look": "Look",
+    "clean": "Clean",
+    "heat": "Heat",
+    "cool": "Cool",
+    "pick_two": "Pick Two",
+}
+
+# Games per evaluation split (DESIGN.md §2); a run with fewer episodes is not comparable with the paper.
+SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}
+
+# Paper results (Qwen2.5-3B-Instruct, ALFWorld), DESIGN.md §1, as fractions like our success rates.
+# The design card gives only the macro-average over the six task types, so that is all we store and show;
+# per-type paper numbers are deliberately absent rather than guessed.
+PAPER_MODEL = "Qwen2.5-3B"
+PAPER_RESULTS: dict[str, dict[str, dict[str, float]]] = {
+    "valid_seen": {
+        "Vanilla": {"macro_success": 0.219},
+        "GRPO": {"macro_success": 0.750},
+        "SDAR": {"macro_success": 0.844},
+        "SEED": {"macro_success": 0.918},
+    },
+    "valid_unseen": {
+        "GRPO": {"macro_success": 0.709},
+        "SEED": {"macro_success": 0.862},
+    },
+}
+
+# Training-curve families: (file stem, panel title, y label, [(series suffix, metric keys tried in order)]).
+# A run contributes the first key of a series that it logged at all; keys it never logged are skipped.
+CURVE_FAMILIES: list[tuple[str, str, str, list[tuple[str, list[str]]]]] = [
+    ("reward", "Reward", "reward/mean", [("", ["reward/mean"])]),
+    (
+        "success_rate",
+        "Success rate",
+        "success rate",
+        [("train", ["rollout/success_rate", "env/success_rate"]), ("val", ["val/success_rate"])],
+    ),
+    ("episode_length", "Episode length", "steps", [("", ["env/episode_length", "rollout/episode_length"])]),
+    ("opd_loss", "OPD loss", "opd/loss", [("", ["opd/loss"])]),
+    ("gate_mean", "OPD gate mean", "opd/gate_mean", [("", ["opd/gate_mean"])]),
+    ("kl", "KL(θ‖ref)", "actor/kl", [("", ["actor/kl"])]),
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# results.json
+
+
+def canonical_split(split: str) -> str:
+    """'seen' → 'valid_seen', 'unseen' → 'valid_unseen'; other names unchanged."""
+    return {"seen": "valid_seen", "unseen": "valid_unseen"}.get(split, split)
+
+
+def type_name(task_type: str) -> str:
+    return TASK_TYPE_NAMES.get(task_type, task_type.replace("_", " ").title())
+
+
+def _ordered_types(types: Iterable[str]) -> list[str]:
+    """The six ALFWorld types in the paper's order, then any unknown type alphabetically."""
+    types = set(types)
+    return TASK_TYPES_ORDER + sorted(types - set(TASK_TYPES_ORDER))
+
+
+def _one_or_all(values: list[Any]) -> Any:
+    """A field that should be the same in every episode: the value, or the sorted distinct values if mixed."""
+    distinct: dict[bytes, Any] = {}
+    for v in values:
+        distinct.setdefault(orjson.dumps(v, option=orjson.OPT_SORT_KEYS), v)
+    if len(distinct) == 1:
+        return next(iter(distinct.values()))
+    return [distinct[k] for k in sorted(distinct)]
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return round(num / den, 6) if den else None
+
+
+def summarize_episodes(
+    episodes: list[Trajectory], *, split: str, partial: bool, expected_games: int, wall_time_s: float
+) -> dict:
+    """The content of results.json: success per task type, macro (the paper's headline) and micro averages, cost."""
+    by_type: dict[str, list[Trajectory]] = {}
+    for ep in episodes:
+        by_type.setdefault(ep.task_type, []).append(ep)
+    task_types: dict[str, dict] = {}
+    for t in _ordered_types(by_type):
+        eps = by_type.get(t, [])
+        wins = sum(ep.won for ep in eps)
+        task_types[t] = {"games": len(eps), "wins": wins, "success_rate": _ratio(wins, len(eps))}
+    rates = [v["success_rate"] for v in task_types.values() if v["games"]]
+    turns = sum(len(ep.turns) for ep in episodes)
+    invalid = sum(ep.invalid_turns for ep in episodes)
+    wins = sum(ep.won for ep in episodes)
+    agent = (
+        {
+            field: _one_or_all([getattr(ep, field) for ep in episodes])
+            for field in ("policy", "model_id", "model_hash", "engine", "prompt_version", "sampling")
+        }
+        if episodes
+        else {}
+    )
+    return {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "split": canonical_split(split),
+        "partial": bool(partial),
+        "episodes": len(episodes),
+        "expected_games": expected_games,
+        "task_types": task_types,
+        "macro_success": round(sum(rates) / len(rates), 6) if rates else None,
+        "macro_types": len(rates),
+        "micro_success": _ratio(wins, len(episodes)),
+        "wins": wins,
+        "mean_episode_length": _ratio(sum(ep.length for ep in episodes), len(episodes)),
+        "turns": turns,
+        "invalid_turns": invalid,
+        "invalid_action_rate": _ratio(invalid, turns),
+        "tokens_generated": sum(len(turn.response_ids) for ep in episodes for turn in ep.turns),
+        "wall_time_s": round(float(wall_time_s), 3),
+        "agent": agent,
+    }
+
+
+def load_results(run: str | Path) -> dict:
+    """results.json of an eval run (the run directory or the file itself); anything else is a UserError."""
+    run = Path(run)
+    hint = "pass an eval run directory (runs/eval/<id>/) written by `seed eval`"
+    if not run.exists():
+        raise UserError(f"{run}: no such file or directory; {hint}")
+    if run.is_dir() and not (run / RESULTS).exists():
+        raise UserError(f"{run}: no {RESULTS}, so not an eval run; {hint}")
+    if not run.is_dir() and run.name != RESULTS:
+        raise UserError(f"{run}: not a {RESULTS}; {hint}")
+    path = run / RESULTS if run.is_dir() else run
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({str(exc).splitlines()[0]}); rerun `seed eval`") from None
+    missing = [k for k in ("task_types", "macro_success", "split") if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise UserError(f"{path}: not a seedcli eval result (missing {', '.join(missing)}); rerun `seed eval`")
+    if data.get("schema_version", 0) > RESULTS_SCHEMA_VERSION:
+        raise UserError(f"{path}: results schema {data['schema_version']} is newer than this seedcli; upgrade seedcli")
+    return data
+
+
+def describe_model(results: dict) -> str:
+    """One line naming the policy that produced the results."""
+    agent = results.get("agent") or {}
+    policy = agent.get("policy", "model")
+    if policy != "model":
+        return f"{policy} policy (no model)" if isinstance(policy, str) else f"mixed policies {policy}"
+    model = agent.get("model_id", "unknown model")
+    parts = [str(model)]
+    if isinstance(agent.get("model_hash"), str):
+        parts.append(f"sha {agent['model_hash'][:12]}")
+    if isinstance(agent.get("engine"), str):
+        parts.append(f"engine {agent['engine']}")
+    sampling = agent.get("sampling")
+    if isinstance(sampling, dict) and "temperature" in sampling:
+        parts.append(f"temperature {sampling['temperature']}")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# markdown
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "—"
+    if s < 60:
+        return f"{s:.1f} s"
+    h, rem = divmod(int(round(s)), 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h {m:02d}m {sec:02d}s" if h else f"{m}m {sec:02d}s"
+
+
+def _num(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def partial_line(results: dict) -> str | None:
+    """The warning for a result that does not cover the whole split, or None."""
+    n, m = results.get("episodes", 0), results.get("expected_games", 0)
+    if results.get("partial"):
+        return f"Partial result: {n} of {m} games (--limit) — not comparable with the paper"
+    if m and n < m:
+        return f"Incomplete result: {n} of {m} games were played — not comparable with the paper"
+    return None
+
+
+def _marked(label: str, results: dict) -> str:
+    return f"{label} (partial)" if partial_line(results) else label
+
+
+def render_report(results: dict, *, title: str, model_desc: str, run_id: str) -> str:
+    """report.md of one eval run: per-type success table, our macro beside the paper's, episode statistics."""
+    split = results["split"]
+    lines = [f"# {title}", ""]
+    lines.append(f"- Split: {split} ({results.get('episodes', 0)} of {results.get('expected_games', '?')} games)")
+    lines.append(f"- Model: {model_desc}")
+    lines.append(f"- Run: {run_id}")
+    warn = partial_line(results)
+    if warn:
+        lines += ["", f"> **{warn}.**"]
+    lines += ["", "## Success by task type", "", "| Task type | Games | Wins | Success |", "|---|--:|--:|--:|"]
+    for t, row in results["task_types"].items():
+        lines.append(f"| {type_name(t)} | {row['games']} | {row['wins']} | {_pct(row['success_rate'])} |")
+    lines.append(f"| **Macro average** | | | **{_pct(results['macro_success'])}** |")
+    lines.append(
+        f"| Micro average | {results.get('episodes', 0)} | {results.get('wins', '—')} | "
+        f"{_pct(results.get('micro_success'))} |"
+    )
+    lines += [
+        "",
+        f"Macro = mean of the per-type success rates over the {results.get('macro_types', '?')} task types that had "
+        "games (the paper's headline); micro = all games pooled.",
+    ]
+
+    paper = PAPER_RESULTS.get(split)
+    lines += ["", f"## Paper ({PAPER_MODEL}, DESIGN.md §1)", ""]
+    if paper:
+        lines += [f"| Method | Macro success ({split}) |", "|---|--:|"]
+        lines.append(f"| **This run**{' (partial)' if warn else ''} | **{_pct(results['macro_success'])}** |")
+        for method, row in paper.items():
+            lines.append(f"| {method} (paper) | {_pct(row['macro_success'])} |")
+        lines += [
+            "",
+            "The design card gives only the paper's macro averages; per-type paper numbers are not shown "
+            "rather than guessed.",
+        ]
+    else:
+        lines.append(f"The paper reports no ALFWorld numbers for split `{split}` (only valid_seen and valid_unseen).")
+
+    invalid = results.get("invalid_turns")
+    turns = results.get("turns")
+    counts = f" ({invalid} of {turns} turns)" if invalid is not None and turns is not None else ""
+    lines += [
+        "",
+        "## Episodes",
+        "",
+        f"- Mean episode length: {_num(results.get('mean_episode_length'))} steps",
+        f"- Invalid-action rate: {_pct(results.get('invalid_action_rate'))}{counts}",
+        f"- Tokens generated: {results.get('tokens_generated', 0):,}",
+        f"- Wall time: {_duration(results.get('wall_time_s'))}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _all_types(results_list: list[tuple[str, dict]]) -> list[str]:
+    return _ordered_types(t for _, r in results_list for t in r["task_types"])
+
+
+def compare_runs(results_list: list[tuple[str, dict]]) -> str:
+    """Markdown table with one column per run: per-type success, macro, micro, mean episode length."""
+    if not results_list:
+        raise UserError("nothing to compare: pass at least one eval run")
+    header = "| | " + " | ".join(_marked(label, r) for label, r in results_list) + " |"
+    lines = ["# Eval comparison", "", header, "|---|" + "--:|" * len(results_list)]
+
+    def row(name: str, cells: list[str]) -> None:
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+
+    row("Split", [r["split"] for _, r in results_list])
+    row("Games", [f"{r.get('episodes', 0)} / {r.get('expected_games', '?')}" for _, r in results_list])
+    for t in _all_types(results_list):
+        cells = []
+        for _, r in results_list:
+            cell = r["task_types"].get(t)
+            cells.append(
+                f"{_pct(cell['success_rate'])} ({cell['wins']}/{cell['games']})" if cell and cell["games"] else "—"
+            )
+        row(type_name(t), cells)
+    row("**Macro**", [f"**{_pct(r['macro_success'])}**" for _, r in results_list])
+    row("Micro", [_pct(r.get("micro_success")) for _, r in results_list])
+    row("Mean length", [_num(r.get("mean_episode_length")) for _, r in results_list])
+    notes = []
+    splits = {r["split"] for _, r in results_list}
+    if len(splits) > 1:
+        notes.append(
+            f"The runs are on different splits ({', '.join(sorted(splits))}): their numbers are not comparable."
+        )
+    for label, r in results_list:
+        warn = partial_line(r)
+        if warn:
+            notes.append(f"{label}: {warn}.")
+    if len(splits) == 1 and (paper := PAPER_RESULTS.get(next(iter(splits)))):
+        paper_str = ", ".join(f"{m} {_pct(v['macro_success'])}" for m, v in paper.items())
+        notes.append(f"Paper macro averages ({PAPER_MODEL}, DESIGN.md §1): {paper_str}.")
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    lines.append("")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# plots
+
+
+def _new_figure(width: float, height: float):
+    """A matplotlib Figure on the Agg canvas, without pyplot's global state."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save_png(fig, path: Path) -> Path:
+    """Render to memory, then write atomically, so a reader never sees half a PNG."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    atomic_write_bytes(Path(path), buf.getvalue())
+    return Path(path)
+
+
+def _percent_axis(ax) -> None:
+    from matplotlib.ticker import PercentFormatter
+
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    ax.set_ylim(0, 1.08)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plot_success_by_type(results: dict, path: Path) -> Path:
+    """Bar chart of success per task type plus the macro average; the title says so when the result is partial."""
+    fig = _new_figure(8, 4.2)
+    ax = fig.add_subplot()
+    types = list(results["task_types"])
+    names = [type_name(t) for t in types] + ["Macro"]
+    rates = [results["task_types"][t]["success_rate"] for t in types] + [results["macro_success"]]
+    colors = ["#4C72B0"] * len(types) + ["#DD8452"]
+    heights = [r if r is not None else 0.0 for r in rates]
+    bars = ax.bar(names, heights, color=colors)
+    rows = [results["task_types"][t] for t in types]
+    labels = [f"{r['wins']}/{r['games']}" if r["games"] else "no games" for r in rows] + [_pct(rates[-1])]
+    for bar, label in zip(bars, labels, strict=True):
+        ax.annotate(
+            label,
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
+    _percent_axis(ax)
+    ax.set_ylabel("success rate")
+    title = f"Success by task type — {results['split']}"
+    if partial_line(results):
+        title += f"\nPARTIAL: {results.get('episodes', 0)} of {results.get('expected_games', '?')} games"
+    ax.set_title(title)
+    return _save_png(fig, path)
+
+
+def plot_compare(results_list: list[tuple[str, dict]], path: Path) -> Path:
+    """Grouped bar chart: one group per task type plus macro, one bar per run."""
+    if not results_list:
+        raise UserError("nothing to compare: pass at least one eval run")
+    types = _all_types(results_list)
+    groups = [type_name(t) for t in types] + ["Macro"]
+    fig = _new_figure(max(8, 1.2 * len(groups) * max(1, len(results_list)) / 2), 4.5)
+    ax = fig.add_subplot()
+    width = 0.8 / len(results_list)
+    for i, (label, r) in enumerate(results_list):
+        rates = [(r["task_types"].get(t) or {}).get("success_rate") for t in types] + [r["macro_success"]]
+        xs = [g + (i - (len(results_list) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, [x if x is not None else 0.0 for x in rates], width, label=_marked(label, r))
+    ax.set_xticks(range(len(groups)), groups)
+    _percent_axis(ax)
+    ax.set_ylabel("success rate")
+    splits = sorted({r["split"] for _, r in results_list})
+    title = f"Success by task type — {', '.join(splits)}"
+    if any(partial_line(r) for _, r in results_list):
+        title += " (PARTIAL runs marked)"
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save_png(fig, path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# training curves
+
+
+def _finite(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """metrics.jsonl records; NaN/Infinity tolerated, a half-written last line (run in progress) ignored."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: file not found; `seed plot` takes rl runs (runs/rl/<id>/) that wrote {METRICS}")
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    records: list[dict] = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            try:  # json.dumps writes NaN/Infinity, which orjson refuses
+                data = json.loads(line)
+            except ValueError:
+                if lineno == len(lines) and not raw.endswith(b"\n"):
+                    break  # the line being written by a live run
+                raise UserError(
+                    f"{path}:{lineno}: not a JSON line; {METRICS} holds one JSON object per line — "
+                    "pass the metrics.jsonl written by `seed rl`"
+                ) from None
+        if not isinstance(data, dict):
+            raise UserError(f"{path}:{lineno}: a JSON {type(data).__name__}, not an object of metrics")
+        records.append(data)
+    if not records:
+        raise UserError(f"{path}: empty, no metrics logged yet; plot again after the run's first update")
+    return records
+
+
+def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of one metric; a record without a usable step counts by its position (1-based)."""
+    xs, ys = [], []
+    for i, rec in enumerate(records, start=1):
+        y = _finite(rec.get(key))
+        if y is None:
+            continue
+        x = _finite(rec.get("step"))
+        xs.append(x if x is not None else float(i))
+        ys.append(y)
+    return xs, ys
+
+
+def _curve_data(runs: list[tuple[str, list[dict]]]) -> list[tuple[str, str, str, list[tuple]]]:
+    """Per family present in any run: (stem, title, ylabel, [(run label, series suffix, key, xs, ys)])."""
+    out = []
+    for stem, title, ylabel, series in CURVE_FAMILIES:
+        lines = []
+        for label, records in runs:
+            for suffix, keys in series:
+                key = next((k for k in keys if any(k in rec for rec in records)), None)
+                if key is None:
+                    continue
+                xs, ys = _series(records, key)
+                if ys:
+                    lines.append((label, suffix, key, xs, ys))
+        if lines:
+            out.append((stem, title, ylabel, lines))
+    return out
+
+
+def _draw_family(ax, title: str, ylabel: str, lines: list, colors: dict[str, Any]) -> None:
+    for run, suffix, _key, xs, ys in lines:
+        val = suffix == "val"
+        ax.plot(
+            xs,
+            ys,
+            color=colors[run],
+            linestyle="--" if val else "-",
+            marker="o" if val or len(ys) <= 30 else None,
+            markersize=3,
+            linewidth=1.4,
+            label=f"{run} ({suffix})" if suffix else run,
+        )
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if "success" in title.lower():
+        from matplotlib.ticker import PercentFormatter
+
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    ax.legend(fontsize=7)
+
+
+def plot_training_curves(metrics_paths: list[tuple[str, Path]], out_dir: Path) -> list[Path]:
+    """One PNG per metric family (one line per run) plus a multi-panel curves.png; families no run logged are skipped."""
+    if not metrics_paths:
+        raise UserError("nothing to plot: pass at least one rl run")
+    runs: list[tuple[str, list[dict]]] = []
+    labels_seen: dict[str, int] = {}
+    for label, path in metrics_paths:
+        n = labels_seen[label] = labels_seen.get(label, 0) + 1
+        runs.append((label if n == 1 else f"{label} #{n}", read_metrics(Path(path))))
+    families = _curve_data(runs)
+    if not families:
+        known = ", ".join(k for *_, series in CURVE_FAMILIES for _, keys in series for k in keys)
+        raise UserError(
+            f"{', '.join(str(p) for _, p in metrics_paths)}: none of the plotted metrics ({known}) were logged; "
+            "pass the metrics.jsonl of an rl run"
+        )
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    colors = {label: cmap(i % 10) for i, (label, _) in enumerate(runs)}
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, title, ylabel, lines in families:
+        fig = _new_figure(7, 4)
+        _draw_family(fig.add_subplot(), title, ylabel, lines, colors)
+        written.append(_save_png(fig, out_dir / f"{stem}.png"))
+    ncols = min(3, len(families))
+    nrows = math.ceil(len(families) / ncols)
+    fig = _new_figure(5.2 * ncols, 3.6 * nrows)
+    for i, (_stem, title, ylabel, lines) in enumerate(families):
+        _draw_family(fig.add_subplot(nrows, ncols, i + 1), title, ylabel, lines, colors)
+    fig.suptitle("Training curves: " + ", ".join(label for label, _ in runs))
+    fig.tight_layout()
+    written.append(_save_png(fig, out_dir / "curves.png"))
+    return written
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# thin entry points for the CLI and the eval stage
+
+
+def write_eval_outputs(run_dir: Path, results: dict, *, run_id: str, title: str | None = None) -> dict[str, Path]:
+    """results.json, report.md and success_by_type.png of an eval run, each written atomically."""
+    run_dir = Path(run_dir)
+    atomic_write_bytes(run_dir / RESULTS, orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
+    title = title or f"ALFWorld eval — {results['split']}"
+    atomic_write_text(
+        run_dir / "report.md", render_report(results, title=title, model_desc=describe_model(results), run_id=run_id)
+    )
+    png = plot_success_by_type(results, run_dir / "success_by_type.png")
+    return {"results": run_dir / RESULTS, "report": run_dir / "report.md", "plot": png}
+
+
+def _run_label(run: Path) -> str:
+    """The run directory's name, prefixed by its algorithm when the manifest says (e.g. 'seed 20250101T…')."""
+    run = Path(run)
+    d = run if run.is_dir() else run.parent
+    label = d.name or str(d)
+    try:
+        data = orjson.loads((d / "manifest.json").read_bytes())
+        algo = (data.get("config") or {}).get("algo")
+        if isinstance(algo, str):
+            return f"{algo.upper()} {label}"
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        pass
+    return label
+
+
+def report_command(run_dirs: list[str | Path], out_dir: str | Path) -> dict[str, Path]:
+    """`seed report RUN...`: compare.md + compare.png over the runs' results.json; with one run also report.md."""
+    loaded = [(Path(r), load_results(r)) for r in run_dirs]
+    if not loaded:
+        raise UserError("seed report: pass at least one eval run directory")
+    labels: dict[str, int] = {}
+    results_list = []
+    for run, res in loaded:
+        label = _run_label(run)
+        n = labels[label] = labels.get(label, 0) + 1
+        results_list.append((label if n == 1 else f"{label} #{n}", res))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {"compare_md": out / "compare.md"}
+    atomic_write_text(written["compare_md"], compare_runs(results_list))
+    written["compare_png"] = plot_compare(results_list, out / "compare.png")
+    if len(loaded) == 1:
+        run, res = loaded[0]
+        written["report_md"] = out / "report.md"
+        atomic_write_text(
+            written["report_md"],
+            render_report(
+                res, title=f"ALFWorld eval — {res['split']}", model_desc=describe_model(res), run_id=results_list[0][0]
+            ),
+        )
+        written["success_png"] = plot_success_by_type(res, out / "success_by_type.png")
+    return written
+
+
+def plot_command(run_dirs: list[str | Path], out_dir: str | Path) -> list[Path]:
+    """`seed plot RUN...`: training curves from each run's metrics.jsonl (a run directory or the file itself)."""
+    pairs = []
+    for r in run_dirs:
+        r = Path(r)
+        path = r / METRICS if r.is_dir() else r
+        if not path.exists():
+            raise UserError(f"{r}: no {METRICS}; `seed plot` takes rl runs (runs/rl/<id>/) or their {METRICS}")
+        pairs.append((_run_label(r), path))
+    return plot_training_curves(pairs, Path(out_dir))

@@ -1,0 +1,327 @@
+"""Eval summaries, reports, comparisons and plots against hand-computed numbers on hand-built trajectories."""
+
+import json
+import math
+import sys
+
+import orjson
+import pytest
+
+from seedcli import reporting
+from seedcli.errors import UserError
+from seedcli.records import Trajectory, Turn
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def turn(step: int, valid: bool = True, tokens: int = 5) -> Turn:
+    return Turn(
+        step=step,
+        observation="obs",
+        admissible=["look"],
+        prompt="p",
+        response="r",
+        response_ids=list(range(tokens)),
+        action="look",
+        valid=valid,
+    )
+
+
+def episode(i: int, task_type: str, won: bool, turns: list[Turn], split: str = "valid_unseen") -> Trajectory:
+    return Trajectory(
+        episode_id=f"e{i}",
+        group_id=f"g{i}",
+        game_file=f"json_2.1.1/{split}/{task_type}-{i}/t/game.tw-pddl",
+        split=split,
+        task_type=task_type,
+        task="put a thing somewhere",
+        turns=turns,
+        won=won,
+        reward=10.0 if won else 0.0,
+        length=len(turns),
+        engine="hf",
+        model_id="tiny-qwen",
+        model_hash="ab" * 32,
+        sampling={"temperature": 0.0, "max_steps": 30},
+        prompt_version="v1",
+        seed=0,
+    )
+
+
+@pytest.fixture
+def episodes() -> list[Trajectory]:
+    # pick: 2 of 3 won; look: 0 of 1. Turns: 2+3+1+4 = 10, invalid 1+0+0+2 = 3, tokens 5 per turn except one of 7.
+    return [
+        episode(0, "pick", True, [turn(1), turn(2, valid=False)]),
+        episode(1, "pick", True, [turn(1), turn(2), turn(3, tokens=7)]),
+        episode(2, "pick", False, [turn(1)]),
+        episode(3, "look", False, [turn(1), turn(2, valid=False), turn(3, valid=False), turn(4)]),
+    ]
+
+
+@pytest.fixture
+def results(episodes) -> dict:
+    return reporting.summarize_episodes(episodes, split="unseen", partial=True, expected_games=134, wall_time_s=75.5)
+
+
+def test_summary_counts_and_rates_by_hand(results):
+    assert results["split"] == "valid_unseen"
+    assert results["task_types"]["pick"] == {"games": 3, "wins": 2, "success_rate": pytest.approx(2 / 3, abs=1e-6)}
+    assert results["task_types"]["look"] == {"games": 1, "wins": 0, "success_rate": 0.0}
+    assert results["task_types"]["heat"] == {"games": 0, "wins": 0, "success_rate": None}
+    assert list(results["task_types"]) == reporting.TASK_TYPES_ORDER
+    # macro over the two types that have games: (2/3 + 0) / 2; micro: 2 wins of 4 games
+    assert results["macro_success"] == pytest.approx((2 / 3 + 0) / 2, abs=1e-6)
+    assert results["macro_types"] == 2
+    assert results["micro_success"] == pytest.approx(0.5)
+    assert results["mean_episode_length"] == pytest.approx((2 + 3 + 1 + 4) / 4)
+    assert results["invalid_action_rate"] == pytest.approx(3 / 10)
+    assert results["tokens_generated"] == 9 * 5 + 7
+    assert (results["episodes"], results["expected_games"], results["partial"]) == (4, 134, True)
+    assert results["wall_time_s"] == 75.5
+    assert results["agent"]["model_id"] == "tiny-qwen" and results["agent"]["policy"] == "model"
+    orjson.dumps(results)  # serialisable as results.json
+
+
+def test_summary_mixed_agents_and_unknown_type(episodes):
+    other = episode(9, "slice", True, [turn(1)])
+    other.model_id = "other-model"
+    res = reporting.summarize_episodes(
+        episodes + [other], split="seen", partial=False, expected_games=140, wall_time_s=1.0
+    )
+    assert list(res["task_types"])[-1] == "slice"
+    assert res["agent"]["model_id"] == ["other-model", "tiny-qwen"]
+    assert res["macro_success"] == pytest.approx((2 / 3 + 0 + 1) / 3, abs=1e-6)
+    assert res["split"] == "valid_seen"
+
+
+def test_summary_of_no_episodes_has_no_rates():
+    res = reporting.summarize_episodes([], split="unseen", partial=True, expected_games=134, wall_time_s=0.0)
+    assert res["macro_success"] is None and res["micro_success"] is None and res["invalid_action_rate"] is None
+    assert "—" in reporting.render_report(res, title="t", model_desc="m", run_id="r")
+
+
+def test_report_marks_partial_and_places_paper_rows(results):
+    md = reporting.render_report(results, title="Eval", model_desc="tiny-qwen", run_id="run-42")
+    assert "Partial result: 4 of 134 games (--limit) — not comparable with the paper" in md
+    assert "run-42" in md and "tiny-qwen" in md and "valid_unseen" in md
+    assert "| Pick | 3 | 2 | 66.7% |" in md
+    assert "| Look | 1 | 0 | 0.0% |" in md
+    assert "**33.3%**" in md  # macro
+    assert "| Micro average | 4 | 2 | 50.0% |" in md
+    assert "Paper (Qwen2.5-3B, DESIGN.md §1)" in md
+    assert "| SEED (paper) | 86.2% |" in md and "| GRPO (paper) | 70.9% |" in md
+    assert "SDAR" not in md  # the paper gives SDAR on valid_seen only
+    assert "30.0%" in md and "(3 of 10 turns)" in md  # invalid-action rate
+    assert "Tokens generated: 52" in md and "1m 16s" in md
+
+
+def test_full_seen_report_is_not_partial(episodes):
+    res = reporting.summarize_episodes(episodes, split="valid_seen", partial=False, expected_games=4, wall_time_s=3)
+    md = reporting.render_report(res, title="Eval", model_desc="m", run_id="r")
+    assert "Partial" not in md and "Incomplete" not in md
+    assert "| SEED (paper) | 91.8% |" in md and "| Vanilla (paper) | 21.9% |" in md and "| SDAR (paper) | 84.4% |" in md
+
+
+def test_paper_results_are_the_design_card_macros():
+    seen = {m: round(100 * v["macro_success"], 1) for m, v in reporting.PAPER_RESULTS["valid_seen"].items()}
+    unseen = {m: round(100 * v["macro_success"], 1) for m, v in reporting.PAPER_RESULTS["valid_unseen"].items()}
+    assert seen == {"Vanilla": 21.9, "GRPO": 75.0, "SDAR": 84.4, "SEED": 91.8}
+    assert unseen == {"GRPO": 70.9, "SEED": 86.2}
+
+
+def _png(path) -> bytes:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 1000
+    return data
+
+
+def test_success_plot_png_and_partial_title(results, tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    titles = []
+    set_title = matplotlib.axes.Axes.set_title
+
+    def recording_set_title(self, label, *args, **kwargs):
+        titles.append(label)
+        return set_title(self, label, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title", recording_set_title)
+    _png(reporting.plot_success_by_type(results, tmp_path / "s.png"))
+    assert titles and "PARTIAL: 4 of 134 games" in titles[-1]
+    full = dict(results, partial=False, expected_games=4)
+    _png(reporting.plot_success_by_type(full, tmp_path / "full.png"))
+    assert "PARTIAL" not in titles[-1]
+
+
+def test_reporting_does_not_import_torch():
+    import subprocess
+
+    code = "import sys, seedcli.reporting; assert 'torch' not in sys.modules; assert 'matplotlib' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_compare_table_and_plot(results, episodes, tmp_path):
+    full = reporting.summarize_episodes(episodes[:2], split="unseen", partial=False, expected_games=2, wall_time_s=1)
+    md = reporting.compare_runs([("GRPO", full), ("SEED", results)])
+    header = md.splitlines()[2]
+    assert "GRPO" in header and "SEED (partial)" in header
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in md.splitlines()
+        if line.startswith("| ") and not line.startswith("| |")
+    }
+    assert rows["Pick"] == ["100.0% (2/2)", "66.7% (2/3)"]
+    assert rows["Look"] == ["—", "0.0% (0/1)"]
+    assert rows["**Macro**"] == ["**100.0%**", "**33.3%**"]
+    assert rows["Micro"] == ["100.0%", "50.0%"]
+    assert rows["Mean length"] == ["2.5", "2.5"]
+    assert "SEED: Partial result" in md
+    _png(reporting.plot_compare([("GRPO", full), ("SEED", results)], tmp_path / "c.png"))
+
+
+def test_compare_warns_on_different_splits(results, episodes):
+    seen = reporting.summarize_episodes(episodes, split="seen", partial=False, expected_games=4, wall_time_s=1)
+    assert "different splits" in reporting.compare_runs([("a", seen), ("b", results)])
+
+
+def _write_metrics(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_training_curves_two_runs(tmp_path):
+    grpo = _write_metrics(
+        tmp_path / "grpo.jsonl",
+        [
+            {
+                "step": s,
+                "reward/mean": 1.0 * s,
+                "rollout/success_rate": 0.1 * s,
+                "env/episode_length": 30 - s,
+                "actor/kl": 0.001 * s,
+                "opd/loss": float("nan"),
+            }
+            for s in range(1, 6)
+        ]
+        + [{"step": 5, "val/success_rate": 0.4}],
+    )
+    seed = _write_metrics(
+        tmp_path / "seed.jsonl",
+        [
+            {
+                "step": s,
+                "reward/mean": 2.0 * s,
+                "env/success_rate": 0.15 * s,
+                "opd/loss": -0.5,
+                "opd/gate_mean": 0.6,
+                "actor/kl": None,
+            }
+            for s in range(1, 6)
+        ],
+    )
+    out = tmp_path / "plots"
+    paths = reporting.plot_training_curves([("GRPO", grpo), ("SEED", seed)], out)
+    names = [p.name for p in paths]
+    assert names == [
+        "reward.png",
+        "success_rate.png",
+        "episode_length.png",
+        "opd_loss.png",
+        "gate_mean.png",
+        "kl.png",
+        "curves.png",
+    ]
+    for p in paths:
+        _png(p)
+    # data behind the plots: NaN / None dropped, aliases resolved per run, val as its own series
+    runs = [("GRPO", reporting.read_metrics(grpo)), ("SEED", reporting.read_metrics(seed))]
+    fam = {stem: lines for stem, _, _, lines in reporting._curve_data(runs)}
+    assert [(r, s, k) for r, s, k, _, _ in fam["success_rate"]] == [
+        ("GRPO", "train", "rollout/success_rate"),
+        ("GRPO", "val", "val/success_rate"),
+        ("SEED", "train", "env/success_rate"),
+    ]
+    assert [r for r, *_ in fam["opd_loss"]] == ["SEED"]  # GRPO's all-NaN opd/loss draws nothing
+    assert [r for r, *_ in fam["kl"]] == ["GRPO"]
+    assert fam["reward"][1][3:] == ([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.0, 6.0, 8.0, 10.0])
+
+
+def test_training_curves_skip_absent_metrics(tmp_path):
+    m = _write_metrics(tmp_path / "m.jsonl", [{"step": 1, "reward/mean": 0.5}, {"reward/mean": 0.7}])
+    paths = reporting.plot_training_curves([("run", m)], tmp_path / "o")
+    assert [p.name for p in paths] == ["reward.png", "curves.png"]
+    assert not (tmp_path / "o" / "kl.png").exists()
+    # a record without a step is placed by its position
+    assert reporting._series(reporting.read_metrics(m), "reward/mean") == ([1.0, 2.0], [0.5, 0.7])
+
+
+def test_metrics_half_written_last_line_is_ignored(tmp_path):
+    m = tmp_path / "m.jsonl"
+    m.write_text('{"step": 1, "reward/mean": 1}\n{"step": 2, "rew')
+    assert len(reporting.read_metrics(m)) == 1
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "empty"),
+        ("\n\n", "empty"),
+        ('{"step": 1}\nnot json\n{"step": 3}\n', "m.jsonl:2: not a JSON line"),
+        ("[1, 2]\n", "m.jsonl:1: a JSON list"),
+    ],
+)
+def test_bad_metrics_files(tmp_path, content, message):
+    m = tmp_path / "m.jsonl"
+    m.write_text(content)
+    with pytest.raises(UserError, match=message) as exc:
+        reporting.plot_training_curves([("r", m)], tmp_path / "o")
+    assert "\n" not in str(exc.value)
+
+
+def test_metrics_without_known_keys(tmp_path):
+    m = _write_metrics(tmp_path / "m.jsonl", [{"step": 1, "perf/throughput": 3.0}])
+    with pytest.raises(UserError, match="none of the plotted metrics"):
+        reporting.plot_training_curves([("r", m)], tmp_path / "o")
+
+
+def test_report_command(results, tmp_path):
+    run = tmp_path / "runs" / "eval" / "20250101T000000Z-abcdef12"
+    written = reporting.write_eval_outputs(run, results, run_id=run.name)
+    assert {p.name for p in written.values()} == {"results.json", "report.md", "success_by_type.png"}
+    assert reporting.load_results(run) == orjson.loads(orjson.dumps(results))
+    out = reporting.report_command([run], tmp_path / "rep")
+    assert set(out) == {"compare_md", "compare_png", "report_md", "success_png"}
+    assert "Partial result" in out["report_md"].read_text()
+    _png(out["compare_png"])
+    out2 = reporting.report_command([run, run / "results.json"], tmp_path / "rep2")
+    assert set(out2) == {"compare_md", "compare_png"}
+    header = out2["compare_md"].read_text().splitlines()[2]
+    assert "abcdef12 (partial)" in header and "abcdef12 #2 (partial)" in header
+
+
+def test_report_command_bad_inputs(tmp_path):
+    not_eval = tmp_path / "runs" / "rl" / "x"
+    not_eval.mkdir(parents=True)
+    with pytest.raises(UserError, match="no results.json, so not an eval run"):
+        reporting.report_command([not_eval], tmp_path / "o")
+    with pytest.raises(UserError, match="no such file or directory"):
+        reporting.report_command([tmp_path / "missing"], tmp_path / "o")
+    (not_eval / "results.json").write_text("{oops")
+    with pytest.raises(UserError, match="not valid JSON"):
+        reporting.load_results(not_eval)
+    (not_eval / "results.json").write_text('{"split": "valid_seen"}')
+    with pytest.raises(UserError, match="missing task_types, macro_success"):
+        reporting.load_results(not_eval)
+    assert not (tmp_path / "o" / "compare.md").exists()
+
+
+def test_plot_command(tmp_path):
+    run = tmp_path / "runs" / "rl" / "r1"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"config": {"algo": "grpo"}}))
+    _write_metrics(run / "metrics.jsonl", [{"step": s, "reward/mean": s, "actor/kl": math.sqrt(s)} for s in (1, 2)])
+    paths = reporting.plot_command([run], tmp_path / "plots")
+    assert [p.name for p in paths] == ["reward.png", "kl.png", "curves.png"]
+    with pytest.raises(UserError, match="no metrics.jsonl"):
+        reporting.plot_command([tmp_path], tmp_path / "plots")
