@@ -1,0 +1,172 @@
+"""Log-probs and entropies of sampled tokens from a causal LM without a [B, T, vocab] fp32 tensor.
+
+With Qwen2.5's 151,936-token vocabulary one fp32 [8, 1024, vocab] log-softmax is 5 GB, and re-scoring runs it
+three times per sample (old, skill, ref). Here logits are formed only at response positions, a chunk of tokens at
+a time, and upcast to fp32 one chunk at a time. Under autograd each chunk is recomputed in backward (saves the
+logits' memory, costs one more lm_head matmul per chunk) and its softmax gradient is written by hand, so peak
+memory is about 2 × chunk_tokens × vocab × 4 bytes whatever B × T is (bench/logprob_memory.py measures it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+__all__ = ["chunked_entropy", "pack_by_length", "selective_log_softmax", "sequence_logprobs"]
+
+
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, chunk_rows: int = 1024) -> torch.Tensor:
+    """`log_softmax(logits, -1)` gathered at `index` ([..., V] and [...] → [...]), `chunk_rows` rows at a time.
+
+    fp32/fp64: gather − logsumexp. bf16/fp16: log_softmax per chunk in the input dtype, because
+    logsumexp is not stable there (as TRL's `selective_log_softmax`). The result has the dtype of `logits`.
+    """
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)  # [N, V]
+    flat_index = index.reshape(-1, 1)  # [N, 1]
+    if logits.dtype in (torch.float32, torch.float64):
+        selected = flat.gather(-1, flat_index).squeeze(-1)  # [N]
+        lse = torch.cat([torch.logsumexp(rows, dim=-1) for rows in flat.split(chunk_rows)])  # [N]
+        out = selected - lse
+    else:
+        out = torch.cat(
+            [
+                F.log_softmax(rows, dim=-1).gather(-1, idx).squeeze(-1)
+                for rows, idx in zip(flat.split(chunk_rows), flat_index.split(chunk_rows), strict=True)
+            ]
+        )
+    return out.view(index.shape)
+
+
+def chunked_entropy(logits: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dim ([..., V] → [...], fp32), `chunk` rows upcast at a time."""
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)  # [N, V]
+    out = torch.cat([_entropy_fp32(rows.float()) for rows in flat.split(chunk)])  # [N]
+    return out.view(logits.shape[:-1])
+
+
+def _entropy_fp32(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of each row of fp32 [n, V] logits: logsumexp(l) − Σ softmax(l)·l."""
+    lse = torch.logsumexp(logits, dim=-1)  # [n]
+    probs = torch.exp(logits - lse.unsqueeze(-1))  # [n, V]
+    return lse - (probs * logits).sum(-1)
+
+
+class _TokenScores(torch.autograd.Function):
+    """(log p(target), entropy) of fp32 logits [n, V] → [n] each, with a hand-written backward.
+
+    Autograd through logsumexp/gather/softmax would hold ~5 [n, V] buffers in backward; this holds ≤ 3.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets, with_entropy):
+        lse = torch.logsumexp(logits, dim=-1)  # [n]
+        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse  # [n]
+        if with_entropy:
+            weighted = torch.exp(logits - lse.unsqueeze(-1)).mul_(logits)  # [n, V]: p·l, in place
+            entropy = lse - weighted.sum(-1)
+            del weighted
+        else:
+            entropy = logits.new_zeros(logits.shape[0])
+        ctx.save_for_backward(logits, targets, lse, entropy)
+        ctx.with_entropy = with_entropy
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        logits, targets, lse, entropy = ctx.saved_tensors
+        # d logp/dl = onehot(target) − p;  dH/dl = −p·(log p + H)
+        log_probs = logits - lse.unsqueeze(-1)  # [n, V]; becomes the gradient, in place
+        if ctx.with_entropy:
+            probs = torch.exp(log_probs)  # [n, V]
+            grad = log_probs.add_(entropy.unsqueeze(-1)).mul_(grad_entropy.unsqueeze(-1))
+            grad = grad.add_(grad_logp.unsqueeze(-1)).mul_(probs).neg_()
+            del probs
+        else:
+            grad = log_probs.exp_().mul_(-grad_logp.unsqueeze(-1))
+        grad.scatter_add_(-1, targets.unsqueeze(-1), grad_logp.unsqueeze(-1))
+        return grad, None, None
+
+
+def _chunk_scores(
+    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 (log-prob of `targets` [n], entropy [n] or zeros) from hidden states [n, H]."""
+    return _TokenScores.apply(head(hidden).float(), targets, with_entropy)
+
+
+def _unwrap(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(decoder trunk, lm_head) of a Hugging Face causal LM, also when PEFT wraps it (LoRA layers stay active)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+def sequence_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    with_entropy: bool = False,
+    chunk_tokens: int = 1024,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log p(input_ids[t] | input_ids[<t]) at the positions of `response_mask` ([B, T] → [B, T] fp32).
+
+    Other positions (and t = 0, which has no context) hold 0. With `with_entropy` also returns the entropy of the
+    same next-token distributions. Position ids follow `attention_mask`, so left padding scores like no padding.
+    Gradients flow when called with grad enabled; logits exist only for `chunk_tokens` tokens at a time.
+    """
+    decoder, head = _unwrap(model)
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, T], as generation assigns them
+    hidden = decoder(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    ).last_hidden_state  # [B, T, H]
+
+    wanted = response_mask.bool().clone()
+    wanted[:, 0] = False  # the first token has no prediction
+    rows, cols = wanted.nonzero(as_tuple=True)  # [N] each
+    h = hidden[rows, cols - 1]  # [N, H]: the state at t − 1 predicts token t
+    targets = input_ids[rows, cols]  # [N]
+
+    recompute = torch.is_grad_enabled() and h.requires_grad
+    logp_parts, ent_parts = [], []
+    for start in range(0, h.shape[0], chunk_tokens):
+        h_chunk, t_chunk = h[start : start + chunk_tokens], targets[start : start + chunk_tokens]
+        if recompute:
+            logp_c, ent_c = checkpoint(_chunk_scores, head, h_chunk, t_chunk, with_entropy, use_reentrant=False)
+        else:
+            logp_c, ent_c = _chunk_scores(head, h_chunk, t_chunk, with_entropy)
+        logp_parts.append(logp_c)
+        ent_parts.append(ent_c)
+
+    def place(parts: list[torch.Tensor]) -> torch.Tensor:
+        values = torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+        out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)  # [B, T]
+        return out.index_put((rows, cols), values)
+
+    logp = place(logp_parts)
+    if with_entropy:
+        return logp, place(ent_parts)
+    return logp
+
+
+def pack_by_length(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group sample indices into micro-batches of similar length with count × longest ≤ `max_tokens`.
+
+    Longest first, greedily; a sample longer than `max_tokens` gets a batch of its own. Every index appears once.
+    """
+    if max_tokens <= 0:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    for i in order:
+        # within a batch lengths only decrease, so its first sample is the longest
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches

@@ -1,0 +1,136 @@
+"""SEED's per-token losses: PPO with dual clip, low-variance KL, on-policy distillation (OPD).
+
+Pure tensor math (DESIGN.md §1, stage 2 step 5). Every per-token tensor is [B, T] and every mask is a
+{0, 1} float tensor of the same shape; each loss is a token mean over the mask of its micro-batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "low_var_kl",
+    "masked_mean",
+    "opd_loss",
+    "ppo_clip_loss",
+    "ppo_clip_stats",
+    "total_loss",
+]
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `x` over the tokens where `mask` is 1; 0 when the mask is empty.
+
+    Masked-out positions never reach the sum, so a NaN or inf there (e.g. padding) does no harm.
+    """
+    total = torch.where(mask != 0, x * mask, torch.zeros_like(x)).sum()
+    count = mask.sum()
+    return total / torch.where(count > 0, count, torch.ones_like(count))
+
+
+def low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(θ‖ref), `exp(ref − logp) − (ref − logp) − 1`, as verl's "low_var_kl".
+
+    The log-ratio is clamped to [−20, 20] before `exp` and the result to [−10, 10], so one token whose
+    probability collapsed under θ cannot dominate the batch.
+    """
+    log_ratio = torch.clamp(ref_logp - logp, min=-20.0, max=20.0)  # [B, T]
+    kl = torch.exp(log_ratio) - log_ratio - 1.0  # [B, T]
+    return torch.clamp(kl, min=-10.0, max=10.0)
+
+
+def _ppo_terms(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_eps: float,
+    dual_clip: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token pieces shared by the loss and its statistics, following verl's `compute_policy_loss`."""
+    if dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (got {dual_clip}); the paper uses 3.0")
+    log_ratio = torch.clamp(logp - old_logp, min=-20.0, max=20.0)  # [B, T]
+    ratio = torch.exp(log_ratio)  # [B, T]
+    pg1 = -advantages * ratio
+    pg2 = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    clip1 = torch.maximum(pg1, pg2)  # the ordinary pessimistic PPO bound
+    pg3 = -advantages * dual_clip
+    clip2 = torch.minimum(pg3, clip1)  # dual clip: for A < 0, a huge ratio costs at most c·|A|
+    per_token = torch.where(advantages < 0, clip2, clip1)  # [B, T]
+    return per_token, log_ratio, pg1, pg2, clip1
+
+
+def ppo_clip_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
+    dual_clip: float = 3.0,
+) -> torch.Tensor:
+    """Dual-clip PPO policy loss, token mean over `mask` (verl's `compute_policy_loss`, "token-mean").
+
+    ratio = exp(logp − old_logp); per token max(−A·r, −A·clip(r, 1±ε)), further capped at −A·c where A < 0.
+    """
+    per_token, *_ = _ppo_terms(logp, old_logp, advantages, clip_eps, dual_clip)
+    return masked_mean(per_token, mask)
+
+
+@torch.no_grad()
+def ppo_clip_stats(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
+    dual_clip: float = 3.0,
+) -> dict[str, torch.Tensor]:
+    """Diagnostics for `ppo_clip_loss` on the same inputs, as detached 0-d tensors keyed by metric name.
+
+    `actor/clip_frac`: share of masked tokens where the ε-clip is active (pg2 > pg1);
+    `actor/clip_frac_lower`: share where the dual clip caps a negative-advantage token;
+    `actor/ppo_kl`: mean of old_logp − logp, a cheap estimate of KL(old‖θ).
+    """
+    _, log_ratio, pg1, pg2, clip1 = _ppo_terms(logp, old_logp, advantages, clip_eps, dual_clip)
+    pg3 = -advantages * dual_clip
+    lower = (clip1 > pg3) & (advantages < 0)
+    return {
+        "actor/clip_frac": masked_mean((pg2 > pg1).float(), mask),
+        "actor/clip_frac_lower": masked_mean(lower.float(), mask),
+        "actor/ppo_kl": masked_mean(-log_ratio, mask),
+    }
+
+
+def opd_loss(
+    student_logp: torch.Tensor,
+    teacher_logp: torch.Tensor,
+    mask: torch.Tensor,
+    beta: float = 5.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SEED's gated on-policy distillation loss and its gate; returns (loss, gate [B, T], detached).
+
+    Δ = ℓ_skill − sg(ℓ_θ), g = sg(σ(β·Δ)), L = mean over `mask` of g·(ℓ_skill − ℓ_θ), so ∇L = −g·∇ℓ_θ / n:
+    a gate-weighted NLL that raises the tokens the skill context endorses. β = 0 gives g = 0.5 (OPSD).
+    """
+    teacher_logp = teacher_logp.detach()  # the skill-context score is a fixed target
+    delta = teacher_logp - student_logp.detach()  # [B, T]
+    gate = torch.sigmoid(beta * delta)  # [B, T], no grad: both inputs are detached
+    per_token = gate * (teacher_logp - student_logp)  # [B, T]
+    return masked_mean(per_token, mask), gate
+
+
+def total_loss(
+    ppo: torch.Tensor,
+    kl: torch.Tensor,
+    entropy: torch.Tensor,
+    opd: torch.Tensor,
+    *,
+    kl_coef: float = 0.01,
+    entropy_coef: float = 0.001,
+    opd_coef: float = 0.01,
+) -> torch.Tensor:
+    """SEED's objective from its token-mean parts: L = L_ppo + kl_coef·KL − entropy_coef·H + opd_coef·L_opd.
+
+    The defaults are the paper's; opd_coef = 0 is the GRPO baseline.
+    """
+    return ppo + kl_coef * kl - entropy_coef * entropy + opd_coef * opd
