@@ -90,13 +90,14 @@ class AnnotateConfig(StageConfig):
     api_key_env: str | None = Field(None, description="environment variable holding the API key (glm: ZAI_API_KEY)")
     concurrency: int = _nohash("requests in flight", 16, ge=1)
     max_retries: int = _nohash("retries per request on 429/5xx/timeouts", 6, ge=0)
+    backoff: float = _nohash("first retry delay in seconds; doubles per retry, with jitter, at most 60 s", 1.0, ge=0)
     timeout: float = _nohash("seconds per request", 120.0, gt=0)
     temperature: float = Field(0.0, ge=0.0, description="analyzer temperature")
     max_tokens: int = Field(4096, ge=1, description="max tokens of the analyzer's answer")
     engine: Literal["hf", "vllm"] = Field("hf", description="engine for the policy analyzer")
     device: str = _nohash("device for the policy analyzer's hf engine", "auto")
-    price_prompt_per_mtok: float = _nohash("USD per million prompt tokens (cost estimate)", 0.6)
-    price_completion_per_mtok: float = _nohash("USD per million completion tokens (cost estimate)", 2.2)
+    price_prompt_per_mtok: float = _nohash("USD per million prompt tokens (cost estimate; GLM-5.2 list price)", 1.4)
+    price_completion_per_mtok: float = _nohash("USD per million completion tokens (cost estimate; GLM-5.2 list price)", 4.4)
 
 
 class SFTConfig(StageConfig):
@@ -113,9 +114,14 @@ class SFTConfig(StageConfig):
     lora: bool = Field(False, description="train a LoRA adapter (merged on export) instead of all weights")
     lora_r: int = Field(16, ge=1, description="LoRA rank")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha")
+    lora_target: str = Field(
+        "all-linear", description="LoRA target modules: all-linear, or module names separated by commas (q_proj,v_proj)"
+    )
     gpus: int = _nohash("GPUs for data-parallel training (0 = CPU)", 0, ge=0)
     save_steps: int = _nohash("checkpoint every N optimizer steps", 50, ge=1)
+    keep_checkpoints: int = _nohash("intermediate checkpoints kept on disk (the oldest are deleted first)", 2, ge=1)
     device: str = _nohash("auto | cpu | cuda", "auto")
+    show_samples: int = _nohash("print N training examples with the loss-masked tokens highlighted, and exit", 0, ge=0)
 
 
 class RLConfig(RolloutConfig):
@@ -146,6 +152,32 @@ class RLConfig(RolloutConfig):
     gpus: int = _nohash("GPUs (torchrun); 0 = CPU", 0, ge=0)
     nproc: int = _nohash("CPU processes (DDP over gloo)", 1, ge=1)
     split: str = Field("train", description="games to train on")
+    analyzer_max_new_tokens: int = Field(512, ge=1, description="tokens of the self-analyzer's skill JSON (greedy)")
+    analysis_max_chars: int = Field(
+        24000, ge=1000, description="analysis prompts longer than this drop their oldest steps (fits the context)"
+    )
+    val_split: str = Field("seen", description="validation games: seen (valid_seen) | unseen (valid_unseen)")
+    val_temperature: float = Field(0.4, ge=0.0, description="sampling temperature for validation episodes")
+    sample_every: int = _nohash(
+        "log one episode's per-token score shift to samples.jsonl every N updates (0 = val_every, or 1 without val)",
+        0,
+        ge=0,
+    )
+    keep_checkpoints: int = _nohash("keep only the newest N checkpoints (0 = all)", 0, ge=0)
+    sync_tol: float | None = _nohash(
+        "max mean |Δ log-prob| between engine and trainer on the probe after a weight refresh "
+        "(default: 1e-3 when they share weights in fp32, 0.05 otherwise)",
+        None,
+        gt=0,
+    )
+    gradient_checkpointing: bool = _nohash("recompute decoder activations in backward (saves memory, costs time)", False)
+    vllm_gpu_memory: float = _nohash(
+        "fraction of GPU memory the colocated vLLM engine may take (the rest is the trainer's)", 0.3, gt=0, lt=1
+    )
+    max_model_len: int = _nohash("vLLM context length (capped at the model's max_position_embeddings)", 8192, ge=256)
+    torchrun_args: str | None = _nohash(
+        "extra torchrun options for multi-node runs, e.g. '--nnodes 2 --node-rank 0 --rdzv-endpoint host:29500'"
+    )
 
 
 class EvalConfig(RolloutConfig):

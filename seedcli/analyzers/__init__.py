@@ -1,0 +1,111 @@
+"""Analyzers: turn one finished episode into the hindsight-skill JSON `{"episode_summary", "episode_skill"}`.
+
+| analyzer | what it is |
+|---|---|
+| glm     | Z.ai's GLM-5.2 over its OpenAI-compatible API — the paper's analyzer (`http.py`) |
+| openai  | any OpenAI-compatible endpoint: OpenAI, `vllm serve`, SGLang (`http.py`) |
+| policy  | a local model through the project's engines; also what `seed rl` uses to analyse its own episodes (`policy.py`) |
+| rules   | an offline baseline that derives the skill from the trajectory without an LLM (`rules.py`); not the paper's |
+
+Every analyzer answers with raw text that goes through the same parser (`parse.py`), so what is kept or rejected
+does not depend on where the text came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from seedcli.prompts import SCHEMA_REMINDER
+
+
+@dataclass
+class AnalyzerResponse:
+    """One raw answer and what it cost."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    retries: int = 0  # transport retries (429/5xx/timeouts) before this answer
+    finish_reason: str = "stop"
+
+
+class Analyzer(Protocol):
+    """`batched` analyzers take a list of conversations per call (one generate call on a local engine); the others
+    answer one conversation per call and are called from up to `concurrency` threads at once."""
+
+    name: str  # glm | openai | policy | rules
+    model: str  # the model identity that goes into cache keys
+    batched: bool
+
+    def analyze(self, messages: list[dict], trajectory: Any = None) -> AnalyzerResponse: ...
+
+    def analyze_batch(
+        self, conversations: Sequence[list[dict]], trajectories: Sequence[Any] | None = None
+    ) -> list[AnalyzerResponse]: ...
+
+    def close(self) -> None: ...
+
+
+def analysis_messages(prompt: str, previous_answer: str | None = None) -> list[dict]:
+    """The chat for one attempt: the analysis prompt, and on the retry the failed answer plus the schema reminder."""
+    messages = [{"role": "user", "content": prompt}]
+    if previous_answer is not None:
+        messages += [
+            {"role": "assistant", "content": previous_answer},
+            {"role": "user", "content": SCHEMA_REMINDER},
+        ]
+    return messages
+
+
+def request_key(
+    analyzer: str, model: str, prompt_version: str, prompt: str, temperature: float, max_tokens: int
+) -> str:
+    """Cache key of one analysis: sha256 of (analyzer, model, prompt version, prompt text, sampling). The prompt text
+    is a function of the trajectory, so equal keys mean the same question asked of the same model."""
+    blob = orjson.dumps(
+        {
+            "analyzer": analyzer,
+            "model": model,
+            "prompt_version": prompt_version,
+            "prompt": prompt,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+        },
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return hashlib.sha256(blob).hexdigest()
+
+
+def make_analyzer(cfg: Any, stop: threading.Event | None = None) -> Analyzer:
+    """The analyzer an AnnotateConfig asks for. `stop` lets the stage cut HTTP back-off waits short."""
+    if cfg.analyzer in ("glm", "openai"):
+        from seedcli.analyzers.http import ChatClient
+
+        return ChatClient(
+            cfg.analyzer,
+            cfg.base_url,
+            cfg.model,
+            cfg.api_key_env,
+            timeout=cfg.timeout,
+            max_retries=cfg.max_retries,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            backoff=getattr(cfg, "backoff", 1.0),
+            stop=stop,
+        )
+    if cfg.analyzer == "rules":
+        from seedcli.analyzers.rules import RulesAnalyzer
+
+        return RulesAnalyzer()
+    if cfg.analyzer == "policy":
+        from seedcli.analyzers.policy import PolicyAnalyzer
+
+        return PolicyAnalyzer.from_config(cfg)
+    raise ValueError(f"unknown analyzer {cfg.analyzer!r}")

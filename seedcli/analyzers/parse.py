@@ -1,0 +1,221 @@
+"""Skill parsing: the analyzer's raw answer → (episode_summary, episode_skill), or the reason it is rejected.
+
+Tolerant on purpose, because analyzers (an API model, a small local policy) wrap JSON in prose or code fences, leave
+trailing commas, or stop mid-object: fenced or bare JSON → trailing-comma repair → a field-by-field regex fallback.
+Strict on what is kept: both fields present, and the skill has at least five words and is not a placeholder.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+MIN_SKILL_WORDS = 5
+
+# Stable rejection reasons (manifest metrics count them; rejected.jsonl stores them).
+EMPTY = "empty_response"
+UNPARSEABLE = "unparseable"
+MISSING_SUMMARY = "missing_summary"
+MISSING_SKILL = "missing_skill"
+TOO_SHORT = "skill_too_short"
+PLACEHOLDER = "placeholder_skill"
+
+SUMMARY_KEYS = ("episode_summary", "summary")
+SKILL_KEYS = ("episode_skill", "skill")
+
+# Text the analysis template itself shows (prompts.py) and the usual fillers a model writes when it has nothing.
+_PLACEHOLDERS = {
+    "",
+    "...",
+    "…",
+    "n/a",
+    "na",
+    "none",
+    "null",
+    "nil",
+    "tbd",
+    "todo",
+    "skill",
+    "rule",
+    "the rule",
+    "episode skill",
+    "episode_skill",
+    "your skill here",
+    "your rule here",
+    "insert skill here",
+    "two sentences on what happened",
+    "one short, policy-facing rule",
+    "one short policy-facing rule",
+}
+
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)(?:```|$)", re.DOTALL)
+_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+_WORD = re.compile(r"[A-Za-z0-9]+(?:['’-][A-Za-z0-9]+)*")
+
+
+@dataclass
+class ParsedSkill:
+    """One parse result. `reason` is None when the skill is kept."""
+
+    summary: str | None
+    skill: str | None
+    reason: str | None
+    raw: str = ""
+    attempts: int = 1
+
+    @property
+    def kept(self) -> bool:
+        return self.reason is None
+
+
+def parse_skill(text: str | None) -> ParsedSkill:
+    """Parse an analyzer answer and decide whether the skill is kept (see the module docstring). When the answer holds
+    several objects (say, an echo of the template and then the real one), the first kept one wins."""
+    raw = text or ""
+    if not raw.strip():
+        return ParsedSkill(None, None, EMPTY, raw)
+    results = [_judge(s, k, raw) for s, k in _json_field_pairs(raw)]
+    if not results or not any(r.kept for r in results):
+        summary, skill = _regex_fields(raw)
+        if summary is not None or skill is not None:
+            results.append(_judge(summary, skill, raw))
+    if not results:
+        return ParsedSkill(None, None, UNPARSEABLE, raw)
+    return next((r for r in results if r.kept), results[0])
+
+
+def _judge(summary: str | None, skill: str | None, raw: str) -> ParsedSkill:
+    summary = _clean(summary)
+    skill = _clean(skill)
+    if not skill:
+        return ParsedSkill(summary, None, MISSING_SKILL, raw)
+    if not summary:
+        return ParsedSkill(None, skill, MISSING_SUMMARY, raw)
+    if is_placeholder(skill):
+        return ParsedSkill(summary, skill, PLACEHOLDER, raw)
+    if len(_WORD.findall(skill)) < MIN_SKILL_WORDS:
+        return ParsedSkill(summary, skill, TOO_SHORT, raw)
+    return ParsedSkill(summary, skill, None, raw)
+
+
+def is_placeholder(skill: str) -> bool:
+    """A template echo ("<the rule>"), an ellipsis, or a filler like "N/A" / "none"."""
+    s = skill.strip()
+    if re.fullmatch(r"<[^<>]*>[.\s]*", s):
+        return True  # the template's "<the rule>" or another angle-bracketed stand-in
+    norm = re.sub(r"[\s\"'`*_.:;!,]+", " ", s.lower()).strip()
+    if norm in _PLACEHOLDERS or s.strip(" .…") == "":
+        return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _candidates(raw: str) -> list[str]:
+    """JSON object texts worth trying: fenced blocks first, then the outermost {...} spans of the whole answer."""
+    out: list[str] = []
+    for block in _FENCE.findall(raw):
+        out.extend(_object_spans(block))
+    out.extend(_object_spans(raw))
+    seen: set[str] = set()
+    return [c for c in out if not (c in seen or seen.add(c))]
+
+
+def _object_spans(text: str) -> list[str]:
+    """Brace-balanced {...} spans (string-aware), plus first '{' to last '}' as a last resort."""
+    spans: list[str] = []
+    depth = 0
+    start = -1
+    in_str = False
+    esc = False
+    for i, ch in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+            continue
+        if ch == '"' and depth > 0:
+            in_str = True
+        elif ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                spans.append(text[start : i + 1])
+    first, last = text.find("{"), text.rfind("}")
+    if 0 <= first < last:
+        spans.append(text[first : last + 1])
+    return spans
+
+
+def _loads(text: str) -> object | None:
+    for attempt in (text, _TRAILING_COMMA.sub(r"\1", text), _TRAILING_COMMA.sub(r"\1", _straighten(text))):
+        try:
+            return json.loads(attempt, strict=False)  # strict=False: raw newlines inside strings are fine
+        except ValueError:
+            continue
+    return None
+
+
+def _straighten(text: str) -> str:
+    return text.replace("“", '"').replace("”", '"').replace("‘", "'").replace("’", "'")
+
+
+def _pick(obj: dict, keys: tuple[str, ...]) -> str | None:
+    lowered = {str(k).strip().lower().replace(" ", "_"): v for k, v in obj.items()}
+    for key in keys:
+        if key in lowered:
+            value = lowered[key]
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                value = " ".join(value)
+            return value if isinstance(value, str) else None
+    return None
+
+
+def _json_field_pairs(raw: str) -> list[tuple[str | None, str | None]]:
+    """(summary, skill) of every candidate that parses as a JSON object holding at least one of the two fields."""
+    pairs = []
+    for cand in _candidates(raw):
+        obj = _loads(cand)
+        if isinstance(obj, dict):
+            summary, skill = _pick(obj, SUMMARY_KEYS), _pick(obj, SKILL_KEYS)
+            if summary is not None or skill is not None:
+                pairs.append((summary, skill))
+    return pairs
+
+
+def _regex_field(raw: str, names: tuple[str, ...]) -> str | None:
+    alt = "|".join(re.escape(n).replace("_", "[_ ]") for n in names)
+    # "key": "value" inside broken JSON (unbalanced braces, a truncated tail after the value, single quotes)
+    m = re.search(rf'["\']?(?:{alt})["\']?\s*:\s*"((?:[^"\\]|\\.)*)"', raw, re.IGNORECASE | re.DOTALL)
+    if m:
+        try:
+            return json.loads(f'"{m.group(1)}"', strict=False)
+        except ValueError:
+            return m.group(1)
+    m = re.search(rf"[\"']?(?:{alt})[\"']?\s*:\s*'((?:[^'\\]|\\.)*)'", raw, re.IGNORECASE | re.DOTALL)
+    if m:
+        return m.group(1)
+    # "Episode skill: ..." / "**episode_skill**: ..." on its own line (prose or YAML-ish answers)
+    m = re.search(rf"^[\W_]*(?:{alt})[*_\s\"']*[:=][*_\s]*(.+)$", raw, re.IGNORECASE | re.MULTILINE)
+    if m:
+        return m.group(1).strip().strip('",').strip()
+    return None
+
+
+def _regex_fields(raw: str) -> tuple[str | None, str | None]:
+    return _regex_field(raw, SUMMARY_KEYS[:1]), _regex_field(raw, SKILL_KEYS[:1])
+
+
+def _clean(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = " ".join(value.split())
+    return value or None

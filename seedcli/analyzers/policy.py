@@ -1,0 +1,146 @@
+"""The `policy` analyzer: a local model (through the project's engines, hf or vllm) writes the skill JSON, greedy.
+
+`seed annotate --analyzer policy --model DIR` uses it on a collect run; `seed rl` calls `analyze_with_engine` with
+its live engine so the frozen π_old analyses its own finished episodes (DESIGN.md §1, Stage 2 step 2). Both run the
+same code: one batched generate call for all prompts, the shared parser, one retry with the schema reminder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from seedcli.analyzers import AnalyzerResponse, analysis_messages
+from seedcli.analyzers.parse import ParsedSkill, parse_skill
+from seedcli.errors import UserError
+from seedcli.prompts import analysis_turns, render_analysis_prompt
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """Content hash of the weights (the engines' model_hash), or of file names, sizes and times when there is none."""
+    try:
+        from seedcli.engines.tiny import model_hash
+
+        return model_hash(model_dir)
+    except (ImportError, FileNotFoundError):
+        digest = hashlib.sha256()
+        for f in sorted(p for p in Path(model_dir).rglob("*") if p.is_file()):
+            st = f.stat()
+            digest.update(f"{f.relative_to(model_dir)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return digest.hexdigest()
+
+
+class PolicyAnalyzer:
+    """An Engine (`render(messages) -> ids`, `generate(prompts, temperature, top_p, max_new_tokens, seed)`) as analyzer."""
+
+    name = "policy"
+    batched = True
+
+    def __init__(
+        self,
+        engine: Any,
+        model: str = "policy",
+        *,
+        max_new_tokens: int = 4096,
+        temperature: float = 0.0,
+        seed: int = 0,
+        key_model: str | None = None,
+        owns_engine: bool = False,
+    ):
+        self.engine = engine
+        self.model = model
+        self.key_model = key_model or model
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.seed = seed
+        self._owns_engine = owns_engine
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> PolicyAnalyzer:
+        """Load `cfg.model` with `cfg.engine`; the cache key holds the weights' hash, not the directory name."""
+        if not cfg.model:
+            raise UserError(
+                "--analyzer policy needs --model DIR (a Hugging Face model directory, e.g. an sft run's model/)"
+            )
+        path = Path(cfg.model)
+        if not (path / "config.json").exists():
+            raise UserError(f"--model {path}: no config.json; pass a Hugging Face model directory")
+        try:
+            from seedcli.engines import load_engine
+        except ImportError:  # the package may not re-export it
+            from seedcli.engines.base import load_engine
+
+        engine = load_engine(cfg.engine, path, device=cfg.device, seed=cfg.seed)
+        return cls(
+            engine,
+            str(path),
+            max_new_tokens=cfg.max_tokens,
+            temperature=cfg.temperature,
+            seed=cfg.seed,
+            key_model="sha256:" + model_fingerprint(path)[:16],
+            owns_engine=True,
+        )
+
+    def analyze_batch(
+        self,
+        conversations: Sequence[list[dict]],
+        trajectories: Sequence[Any] | None = None,  # noqa: ARG002
+    ) -> list[AnalyzerResponse]:
+        """All conversations through one generate call (greedy at temperature 0)."""
+        if not conversations:
+            return []
+        prompts = [list(self.engine.render(m)) for m in conversations]
+        t0 = time.monotonic()
+        completions = self.engine.generate(
+            prompts, temperature=self.temperature, top_p=1.0, max_new_tokens=self.max_new_tokens, seed=self.seed
+        )
+        per_item = (time.monotonic() - t0) / len(prompts)  # one batch: its latency is shared by its items
+        return [
+            AnalyzerResponse(
+                text=c.text,
+                prompt_tokens=len(ids),
+                completion_tokens=len(c.token_ids),
+                latency_s=per_item,
+                finish_reason=c.finish_reason or "stop",
+            )
+            for ids, c in zip(prompts, completions, strict=True)
+        ]
+
+    def analyze(self, messages: list[dict], trajectory: Any = None) -> AnalyzerResponse:
+        return self.analyze_batch([messages], [trajectory])[0]
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.close()
+
+
+def analyze_with_engine(
+    engine: Any,
+    items: Sequence[Any],
+    max_new_tokens: int = 4096,
+    *,
+    temperature: float = 0.0,
+    seed: int = 0,
+    max_prompt_chars: int | None = None,
+) -> list[ParsedSkill]:
+    """Skills for trajectories (or already-rendered analysis prompts): one generate call for all, then one more for
+    those whose answer did not parse, with the schema reminder. `ParsedSkill.kept` says whether each skill is usable."""
+    prompts = [
+        item
+        if isinstance(item, str)
+        else render_analysis_prompt(item.task, item.won, analysis_turns(item), max_prompt_chars)
+        for item in items
+    ]
+    analyzer = PolicyAnalyzer(engine, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    first = analyzer.analyze_batch([analysis_messages(p) for p in prompts])
+    parsed = [parse_skill(r.text) for r in first]
+    again = [i for i, p in enumerate(parsed) if not p.kept]
+    if again:
+        second = analyzer.analyze_batch([analysis_messages(prompts[i], first[i].text) for i in again])
+        for i, r in zip(again, second, strict=True):
+            parsed[i] = parse_skill(r.text)
+            parsed[i].attempts = 2
+    return parsed
