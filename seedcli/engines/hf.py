@@ -1,0 +1,242 @@
+"""HFEngine: generation and scoring with plain transformers (CPU, or one GPU); the reference the vLLM engine is checked against.
+
+engine = HFEngine("runs/sft/latest/model", max_batch=16)
+completions = engine.generate(prompts, temperature=1.0, max_new_tokens=512, seed=0)
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+from typing import Any
+
+from seedcli.engines.base import Completion, completion_text, render_chat, split_at_stop, stop_token_ids
+
+
+class HFEngine:
+    """transformers back end: left-padded batched `generate` with raw log-probs, and a forward-pass `score`."""
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike,
+        *,
+        device: str = "auto",
+        dtype: str | None = None,
+        seed: int = 0,
+        max_batch: int = 16,
+        attn_implementation: str = "sdpa",
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        self.device = torch.device(_resolve_device(device))
+        self.max_batch = max_batch
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=_torch_dtype(dtype), attn_implementation=attn_implementation
+        ).to(self.device)
+        self.model.eval()
+        self.stop_ids = stop_token_ids(self.tokenizer)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.stop_ids[-1]
+        # The engine owns sampling: a checkpoint's generation_config (Qwen ships top_k=20, repetition_penalty=1.05)
+        # must not leak into rollouts, so it is replaced with one that only names the stop and pad ids.
+        self.model.generation_config = GenerationConfig(eos_token_id=self.stop_ids, pad_token_id=self.pad_id)
+        self._rng = random.Random(seed)
+
+    def render(self, messages: list[dict]) -> list[int]:
+        """Chat template + generation prompt -> token ids."""
+        return render_chat(self.tokenizer, messages)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """Sample (or, at temperature 0, greedily decode) one completion per prompt, in sub-batches of `max_batch`.
+
+        The same `seed`, prompts and `max_batch` give the same completions; `seed=None` draws from the engine's seed.
+        """
+        import torch
+
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if seed is None:
+            seed = self._rng.randrange(2**31)
+        # similar lengths share a sub-batch, so little compute goes to padding
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[Completion | None] = [None] * len(prompts)
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(seed)
+            for start in range(0, len(order), self.max_batch):
+                chunk = order[start : start + self.max_batch]
+                batch = self._generate_batch([prompts[i] for i in chunk], temperature, top_p, max_new_tokens)
+                for i, completion in zip(chunk, batch, strict=True):
+                    results[i] = completion
+        return results  # type: ignore[return-value]
+
+    def _generate_batch(
+        self, prompts: list[list[int]], temperature: float, top_p: float, max_new_tokens: int
+    ) -> list[Completion]:
+        import torch
+
+        input_ids, attention_mask = self._left_pad(prompts)
+        sampling = temperature > 0
+        sampling_args = {"temperature": temperature, "top_p": top_p, "top_k": 0} if sampling else {}
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            do_sample=sampling,
+            **sampling_args,
+            max_new_tokens=max_new_tokens,
+            output_logits=True,  # raw logits, before temperature / top-p
+            return_dict_in_generate=True,
+        )
+        generated = out.sequences[:, input_ids.shape[1] :]  # [B, T]
+        logprobs = torch.empty(generated.shape, dtype=torch.float32)  # [B, T]
+        for step, step_logits in enumerate(out.logits):  # each [B, V]; one step at a time keeps memory at B x V
+            step_logp = torch.log_softmax(step_logits.float(), dim=-1)
+            logprobs[:, step] = step_logp.gather(-1, generated[:, step : step + 1]).squeeze(-1).cpu()
+        completions = []
+        for row_ids, row_logp in zip(generated.tolist(), logprobs.tolist(), strict=True):
+            token_ids, finish = split_at_stop(row_ids, self.stop_ids, max_new_tokens)
+            completions.append(
+                Completion(
+                    text=completion_text(self.tokenizer, token_ids, self.stop_ids),
+                    token_ids=token_ids,
+                    logprobs=row_logp[: len(token_ids)],
+                    finish_reason=finish,
+                )
+            )
+        return completions
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """Raw log-prob of every completion token under the model, one forward pass per sub-batch."""
+        import torch
+
+        if len(prompts) != len(completions):
+            raise ValueError(f"score got {len(prompts)} prompts but {len(completions)} completions")
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
+        results: list[list[float]] = [[] for _ in prompts]
+        with torch.inference_mode():
+            for start in range(0, len(order), self.max_batch):
+                chunk = [i for i in order[start : start + self.max_batch] if completions[i]]
+                if not chunk:
+                    continue
+                for i, logps in zip(
+                    chunk, self._score_batch([prompts[i] for i in chunk], [completions[i] for i in chunk]), strict=True
+                ):
+                    results[i] = logps
+        return results
+
+    def _score_batch(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        import torch
+
+        if any(not p for p in prompts):
+            raise ValueError("score needs a non-empty prompt for every completion")
+        input_ids, attention_mask = self._left_pad([p + c for p, c in zip(prompts, completions, strict=True)])
+        # left padding: completions end at the last position, so only the last max_len + 1 logits are needed
+        keep = max(len(c) for c in completions) + 1
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=keep,
+            use_cache=False,
+        ).logits  # [B, keep, V]
+        scores = []
+        for row, completion in enumerate(completions):
+            n = len(completion)
+            row_logits = logits[
+                row, keep - 1 - n : keep - 1
+            ].float()  # [n, V]: logits at the position before each token
+            target = torch.tensor(completion, device=row_logits.device).unsqueeze(-1)
+            scores.append(torch.log_softmax(row_logits, dim=-1).gather(-1, target).squeeze(-1).tolist())
+        return scores
+
+    def _left_pad(self, sequences: list[list[int]]):
+        import torch
+
+        width = max(len(s) for s in sequences)
+        input_ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            if seq:
+                input_ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+                attention_mask[row, width - len(seq) :] = 1
+        return input_ids.to(self.device), attention_mask.to(self.device)
+
+    def update_weights(self, state_dict_or_model: Any) -> None:
+        """Copy weights in place from a state dict (Hugging Face names) or a model; tied lm_head may be absent."""
+        import torch
+
+        state_dict = (
+            state_dict_or_model.state_dict()
+            if isinstance(state_dict_or_model, torch.nn.Module)
+            else state_dict_or_model
+        )
+        with torch.no_grad():
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            missing = [name for name in missing if name != "lm_head.weight"]
+        if missing or unexpected:
+            raise ValueError(
+                f"update_weights: state dict does not match the model (missing {missing[:5]}, unexpected {unexpected[:5]}); "
+                "pass a full state dict with Hugging Face parameter names"
+            )
+
+    def sleep(self) -> None:
+        """No-op: the transformers engine keeps its weights where they are."""
+
+    def wake_up(self) -> None:
+        """No-op: see `sleep`."""
+
+    def close(self) -> None:
+        """Drop the model so its memory can be reclaimed."""
+        import torch
+
+        self.model = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _torch_dtype(dtype: str | None):
+    import torch
+
+    if dtype is None or dtype == "auto":
+        return "auto"
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(names)}")
+    return names[dtype]

