@@ -61,7 +61,7 @@ class RolloutConfig(StageConfig):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
     max_new_tokens: int = Field(512, ge=1, description="generated tokens per turn")
     workers: int = _nohash("environment worker processes (0 = in-process)", 2, ge=0)
-    gen_batch: int = _nohash("prompts per generation call (hf engine)", 64, ge=1)
+    gen_batch: int = _nohash("episodes in play at once: one batched generation call per turn covers them all", 64, ge=1)
 
 
 class CollectConfig(RolloutConfig):
@@ -171,6 +171,9 @@ class RLConfig(RolloutConfig):
         gt=0,
     )
     gradient_checkpointing: bool = _nohash("recompute decoder activations in backward (saves memory, costs time)", False)
+    parallel: Literal["auto", "ddp", "fsdp"] = _nohash(
+        "data parallelism: auto = FSDP on GPU, DDP on CPU; fsdp on CPU runs the GPU code path over gloo", "auto"
+    )
     vllm_gpu_memory: float = _nohash(
         "fraction of GPU memory the colocated vLLM engine may take (the rest is the trainer's)", 0.3, gt=0, lt=1
     )

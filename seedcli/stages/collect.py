@@ -109,7 +109,9 @@ def run(cfg: CollectConfig) -> Manifest:
                         1, success=wins / len(episodes), steps_per_s=steps / max(time.time() - t0, 1e-9)
                     )
 
-                play_episodes(todo, ModelPolicy(engine, settings, cfg.gen_batch), pool, settings, meta, on_done)
+                play_episodes(
+                    todo, ModelPolicy(engine, settings, cfg.gen_batch), pool, settings, meta, on_done, cfg.gen_batch
+                )
         finally:
             engine.close()
         metrics = episode_metrics(episodes)

@@ -107,7 +107,7 @@ def run(cfg: EvalConfig) -> Manifest:
                     episodes.append(traj)
                     progress.advance(1, success=sum(e.won for e in episodes) / len(episodes))
 
-                play_episodes(todo, policy, pool, settings, meta, on_done)
+                play_episodes(todo, policy, pool, settings, meta, on_done, cfg.gen_batch)
         finally:
             if engine is not None:
                 engine.close()
