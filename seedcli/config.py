@@ -117,7 +117,7 @@ class SFTConfig(StageConfig):
     lora_target: str = Field(
         "all-linear", description="LoRA target modules: all-linear, or module names separated by commas (q_proj,v_proj)"
     )
-    gpus: int = _nohash("GPUs for data-parallel training (0 = CPU)", 0, ge=0)
+    gpus: int = Field(0, ge=0, description="GPUs for data-parallel training (0 = CPU); changes the effective batch")
     save_steps: int = _nohash("checkpoint every N optimizer steps", 50, ge=1)
     keep_checkpoints: int = _nohash("intermediate checkpoints kept on disk (the oldest are deleted first)", 2, ge=1)
     device: str = _nohash("auto | cpu | cuda", "auto")
@@ -233,7 +233,7 @@ def load_yaml(path: str | Path) -> dict:
 def resolve_preset(name_or_path: str) -> Path:
     """A preset name (e.g. `tiny`, `alfworld/paper_qwen25_3b`) or a file path."""
     p = Path(name_or_path)
-    if p.exists():
+    if p.is_file():
         return p
     for candidate in (CONFIGS_DIR / f"{name_or_path}.yaml", CONFIGS_DIR / "alfworld" / f"{name_or_path}.yaml"):
         if candidate.exists():
