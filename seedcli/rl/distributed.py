@@ -1,0 +1,262 @@
+"""Process groups, data-parallel wrapping and collectives for `seed rl` (DESIGN.md §5).
+
+- CPU, one process: no process group; every collective here is the identity.
+- CPU, `--nproc N`: N processes under torchrun, gloo, DDP over the actor (gradients averaged across ranks).
+- GPU, `--gpus N`: N processes under torchrun (one in-process rank for N = 1), NCCL, FSDP2 (`fully_shard`) over
+  the actor and the reference; each rank runs its own colocated rollout engine.
+
+`seed rl --gpus N` / `--nproc N` re-launches itself as `python -m torch.distributed.run ... -m seedcli.stages.rl
+--worker RUN_DIR`; multi-node runs pass torchrun's rendezvous options through `torchrun_args`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+# Rollouts on one rank can take many minutes while the others wait in a collective.
+COLLECTIVE_TIMEOUT = datetime.timedelta(hours=3)
+
+
+@dataclass
+class DistInfo:
+    """Where this process sits: rank, world size, device, and how the actor is parallelised."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    backend: str | None = None  # None: no process group
+    fsdp: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.backend is not None and dist.is_available() and dist.is_initialized()
+
+
+def launched_by_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(use_cuda: bool, fsdp: bool | None = None) -> DistInfo:
+    """Join the torchrun group (gloo on CPU, NCCL on GPU). `fsdp` (default: on GPU) shards the actor with FSDP2,
+    else several ranks use DDP. A lone FSDP process gets a one-rank group, so FSDP runs the same code on one GPU as
+    on eight; a lone DDP process gets no group. FSDP on CPU (gloo, fp32) runs the GPU code path where tests can."""
+    fsdp = use_cuda if fsdp is None else fsdp
+    if launched_by_torchrun():
+        rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    elif fsdp:
+        rank, world, local = 0, 1, 0
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    else:
+        return DistInfo()
+    if use_cuda:
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    if not dist.is_initialized():
+        kwargs: dict[str, Any] = {"backend": backend, "timeout": COLLECTIVE_TIMEOUT}
+        if use_cuda:
+            kwargs["device_id"] = device
+        dist.init_process_group(**kwargs)
+    return DistInfo(rank=rank, world=world, local_rank=local, device=device, backend=backend, fsdp=fsdp)
+
+
+def shutdown(info: DistInfo) -> None:
+    if info.enabled:
+        with contextlib.suppress(Exception):
+            dist.barrier()
+        dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------------------------- collectives
+
+
+def all_gather_object(obj: Any, info: DistInfo) -> list[Any]:
+    """Every rank's `obj`, in rank order (pickled; for episodes, skills and small metric dicts)."""
+    if not info.enabled or info.world == 1:
+        return [obj]
+    out: list[Any] = [None] * info.world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj: Any, info: DistInfo, src: int = 0) -> Any:
+    if not info.enabled or info.world == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_reduce_(tensor: torch.Tensor, info: DistInfo, op: str = "sum") -> torch.Tensor:
+    """In-place all-reduce (sum or max) of a tensor on this rank's device."""
+    if info.enabled and info.world > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+    return tensor
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled and info.world > 1:
+        dist.barrier()
+
+
+# --------------------------------------------------------------------------------------------- wrapping
+
+
+def wrap_for_training(module: torch.nn.Module, info: DistInfo) -> torch.nn.Module:
+    """DDP (CPU, several ranks) or FSDP2 (GPU) around a scorer module; unchanged for a lone CPU process.
+
+    FSDP2 shards each decoder layer and puts the remaining parameters (embeddings, final norm, lm_head — tied or not)
+    in the root group, which the scorer's forward gathers: so the whole forward must go through the returned module.
+    """
+    if info.fsdp:
+        return _fully_shard(module, trainable=True, bf16=info.device.type == "cuda")
+    if info.enabled and info.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(module)
+    return module
+
+
+def wrap_frozen(module: torch.nn.Module, info: DistInfo) -> torch.nn.Module:
+    """The reference model: sharded like the actor under FSDP (no optimizer), else unchanged."""
+    if info.fsdp:
+        return _fully_shard(module, trainable=False, bf16=info.device.type == "cuda")
+    return module
+
+
+def _fully_shard(module: torch.nn.Module, trainable: bool, bf16: bool) -> torch.nn.Module:
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    # GPU: bf16 compute with fp32 master weights and fp32 gradient reduction (halves activation memory and
+    # all-gather traffic; the optimizer still updates fp32 weights). CPU: fp32 throughout.
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    )
+    lm = getattr(module, "lm", module)
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    for layer in base.model.layers:
+        fully_shard(layer, mp_policy=mp, reshard_after_forward=True)
+    fully_shard(module, mp_policy=mp, reshard_after_forward=not trainable)
+    return module
+
+
+def unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    """The module inside DDP (FSDP2 modifies modules in place, so there is nothing to unwrap)."""
+    return (
+        module.module
+        if hasattr(module, "module") and isinstance(module, torch.nn.parallel.DistributedDataParallel)
+        else module
+    )
+
+
+def reshard(module: torch.nn.Module) -> None:
+    """Under FSDP2, free the unsharded parameters a forward left behind (the root keeps them after forward, and a
+    no-grad forward has no backward to reshard them) and register the sharded ones the optimizer holds; else a no-op."""
+    if hasattr(module, "reshard") and hasattr(module, "unshard"):
+        module.reshard()
+
+
+@contextlib.contextmanager
+def gradient_sync(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Accumulate locally (no all-reduce / reduce-scatter) when `enabled` is False: the micro-batches of a
+    mini-batch sync only on their last backward."""
+    if enabled:
+        yield
+        return
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        with model.no_sync():
+            yield
+        return
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+        return
+    yield
+
+
+def full_state_dict(module: torch.nn.Module, to_cpu: bool = True, keep: bool = True) -> dict[str, torch.Tensor]:
+    """The module's full (unsharded) state dict; under FSDP each DTensor is gathered in turn (a collective: every rank
+    must call this). `keep=False` takes part in the gathers but keeps nothing (ranks that do not write the file)."""
+    from torch.distributed.tensor import DTensor
+
+    out: dict[str, torch.Tensor] = {}
+    for name, value in module.state_dict().items():
+        if isinstance(value, DTensor):
+            value = value.full_tensor()
+        if keep:
+            value = value.detach()
+            out[name] = value.cpu() if to_cpu else value
+    return out
+
+
+def param_digest(module: torch.nn.Module) -> str:
+    """sha256 of every parameter's bytes in name order: equal digests on two ranks mean bit-identical weights."""
+    h = hashlib.sha256()
+    for name, p in sorted(unwrap(module).named_parameters(), key=lambda kv: kv[0]):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------- launching
+
+
+def torchrun_command(nproc: int, run_dir: Path, torchrun_args: str | None = None) -> list[str]:
+    """`python -m torch.distributed.run` for the rl worker; without rendezvous options it is a standalone job."""
+    extra = shlex.split(torchrun_args) if torchrun_args else ["--standalone"]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        *extra,
+        "-m",
+        "seedcli.stages.rl",
+        "--worker",
+        str(run_dir),
+    ]
+
+
+def launch(cmd: Sequence[str], env: dict[str, str] | None = None) -> int:
+    """Run the torchrun job in the foreground; Ctrl-C / SIGTERM reach the workers through their process group."""
+    proc = subprocess.Popen(list(cmd), env={**os.environ, **(env or {})})
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait()
+        raise

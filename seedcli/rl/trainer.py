@@ -1,0 +1,462 @@
+"""One policy update on re-scored turn-samples, and the checkpoints that let a run stop and continue
+(DESIGN.md §1, Stage 2 step 5).
+
+Per micro-batch (token mean over the response mask):  L = L_ppo + kl_coef·KL − entropy_coef·H + opd_coef·L_opd
+with dual-clip PPO on ratio exp(ℓ_θ − ℓ_old), k3 KL(θ‖ref), and the gated OPD term on tokens of episodes with a
+valid skill. One epoch: the update's turn-samples are shuffled (seeded) into mini-batches of `mini_batch`; each
+mini-batch is split over the ranks and, on each rank, packed into micro-batches by length; gradients accumulate
+over the micro-batches (each scaled so the mini-batch gradient is the mean of all micro-batch gradients across
+ranks) and one AdamW step follows, after clipping the grad norm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seedcli.errors import UserError
+from seedcli.rl.distributed import (
+    DistInfo,
+    all_gather_object,
+    all_reduce_,
+    barrier,
+    full_state_dict,
+    gradient_sync,
+    reshard,
+)
+from seedcli.rl.logprobs import pack_by_length, sequence_logprobs
+from seedcli.rl.losses import low_var_kl, masked_mean, opd_loss, ppo_clip_loss, ppo_clip_stats, total_loss
+from seedcli.rl.rescoring import TurnSample, pad_right
+from seedcli.rl.sampler import hash_seed
+
+
+class TrainingStopped(UserError):
+    """The run cannot go on (e.g. the loss was non-finite several updates in a row)."""
+
+
+class Scorer(torch.nn.Module):
+    """A causal LM as `(input_ids, attention_mask, response_mask) → per-token log-probs [B, T]` (and entropies).
+
+    DDP and FSDP hook into a module's forward, and `sequence_logprobs` calls the decoder and lm_head separately;
+    routing it through this module's forward keeps gradient sync (DDP) and parameter gathering (FSDP) correct."""
+
+    def __init__(self, lm: torch.nn.Module, chunk_tokens: int = 1024):
+        super().__init__()
+        self.lm = lm
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, input_ids, attention_mask, response_mask, with_entropy: bool = False):
+        return sequence_logprobs(
+            self.lm, input_ids, attention_mask, response_mask, with_entropy=with_entropy, chunk_tokens=self.chunk_tokens
+        )
+
+
+@dataclass
+class LossWeights:
+    """The coefficients of DESIGN.md §1 step 5 (the paper's values by default)."""
+
+    clip_eps: float = 0.2
+    dual_clip: float = 3.0
+    kl_coef: float = 0.01
+    entropy_coef: float = 0.001
+    opd_coef: float = 0.01
+    opd_beta: float = 5.0
+
+
+@dataclass
+class UpdateResult:
+    metrics: dict[str, float]
+    skipped: bool = False
+    cause: str | None = None
+    optimizer_steps: int = 0
+    tokens: int = 0
+
+
+# --------------------------------------------------------------------------------------------- batching
+
+
+def plan_minibatches(n: int, mini_batch: int, world: int, seed: int) -> list[list[list[int]]]:
+    """Shuffle sample indices 0..n-1 (seeded) into mini-batches of `mini_batch`, each split round-robin over the
+    ranks: plan[j][r] = the indices rank r trains on in mini-batch j. Every index appears exactly once."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    plan = []
+    for start in range(0, n, mini_batch):
+        chunk = order[start : start + mini_batch]
+        plan.append([chunk[r::world] for r in range(world)])
+    return plan
+
+
+def rank_indices(plan: list[list[list[int]]], rank: int) -> list[int]:
+    """All sample indices this rank trains on (so it re-scores only those)."""
+    return sorted(i for mb in plan for i in mb[rank])
+
+
+def collate(samples: Sequence[TurnSample], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Right-padded [B, T] tensors of a micro-batch: ids, attention and response masks, the re-scored ℓ_old, ℓ_ref,
+    ℓ_skill and the advantage placed at the response positions, and the OPD mask (response × valid skill)."""
+    ids, attn = pad_right([s.prompt_ids + s.response_ids for s in samples], pad_id)
+    shape = ids.shape
+    resp, old, ref, skill, adv, opd = (torch.zeros(shape, dtype=torch.float32) for _ in range(6))
+    for b, s in enumerate(samples):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        sl = slice(p, p + r)
+        resp[b, sl] = 1.0
+        adv[b, sl] = s.advantage
+        if s.old_logp is not None:
+            old[b, sl] = s.old_logp
+        if s.ref_logp is not None:
+            ref[b, sl] = s.ref_logp
+        if s.skill_logp is not None:
+            skill[b, sl] = s.skill_logp
+            opd[b, sl] = 1.0
+    out = {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "response_mask": resp,
+        "old_logp": old,
+        "ref_logp": ref,
+        "skill_logp": skill,
+        "advantages": adv,
+        "opd_mask": opd,
+    }
+    return {k: v.to(device) for k, v in out.items()}
+
+
+def _dummy_sample(pad_id: int) -> TurnSample:
+    """A three-token sample for a rank with no share of a mini-batch: it still joins the gradient sync, with weight 0."""
+    zero = torch.zeros(1)
+    return TurnSample(-1, -1, "", [pad_id, pad_id], [pad_id], None, 0.0, 0.0, zero, zero, None)
+
+
+# --------------------------------------------------------------------------------------------- the loss
+
+
+_STAT_KEYS = (
+    "tokens",
+    "pg",
+    "kl",
+    "entropy",
+    "clip_frac",
+    "clip_frac_lower",
+    "ppo_kl",
+    "opd_tokens",
+    "opd",
+    "gate",
+    "delta",
+)
+
+
+def micro_batch_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor], w: LossWeights, use_ref: bool):
+    """(loss, per-component losses, token-weighted sums for the metrics) of one micro-batch."""
+    logp, entropy = model(batch["input_ids"], batch["attention_mask"], batch["response_mask"], with_entropy=True)
+    mask = batch["response_mask"]
+    pg = ppo_clip_loss(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip)
+    kl = masked_mean(low_var_kl(logp, batch["ref_logp"]), mask) if use_ref else logp.new_zeros(())
+    ent = masked_mean(entropy, mask)
+    opd_mask = batch["opd_mask"]
+    n_opd = opd_mask.sum()
+    if n_opd > 0:
+        opd, gate = opd_loss(logp, batch["skill_logp"], opd_mask, w.opd_beta)
+    else:
+        opd, gate = logp.new_zeros(()), torch.zeros_like(logp)
+    loss = total_loss(pg, kl, ent, opd, kl_coef=w.kl_coef, entropy_coef=w.entropy_coef, opd_coef=w.opd_coef)
+
+    with torch.no_grad():
+        n = mask.sum()
+        clip = ppo_clip_stats(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip)
+        delta = (batch["skill_logp"] - logp.detach()) * opd_mask
+        sums = torch.stack(
+            [
+                n,
+                pg.detach() * n,
+                kl.detach() * n,
+                ent.detach() * n,
+                clip["actor/clip_frac"] * n,
+                clip["actor/clip_frac_lower"] * n,
+                clip["actor/ppo_kl"] * n,
+                n_opd,
+                opd.detach() * n_opd,
+                (gate * opd_mask).sum(),
+                torch.where(opd_mask > 0, delta, torch.zeros_like(delta)).sum(),
+            ]
+        ).double()
+    parts = {"actor/pg_loss": pg, "actor/kl": kl, "actor/entropy": ent, "opd/loss": opd}
+    return loss, parts, sums
+
+
+def train_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    samples: Sequence[TurnSample],
+    plan: list[list[list[int]]],
+    info: DistInfo,
+    *,
+    weights: LossWeights,
+    micro_tokens: int,
+    grad_clip: float,
+    pad_id: int,
+    use_ref: bool = True,
+) -> UpdateResult:
+    """One epoch over `plan` (see `plan_minibatches`): one optimizer step per mini-batch. This rank's samples must be
+    re-scored. A non-finite loss or grad norm on any rank skips that step on every rank and ends the update early
+    (the rest of its mini-batches come from the same data and would fail the same way)."""
+    reshard(model)
+    sums = torch.zeros(len(_STAT_KEYS), dtype=torch.float64)
+    grad_norms: list[float] = []
+    steps = 0
+    skipped, cause = False, None
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    for j, shares in enumerate(plan):
+        # micro-batches of every rank (all ranks know every sample's length), so each rank can scale its share
+        packs = [pack_by_length([samples[i].length for i in share], micro_tokens) if share else [] for share in shares]
+        total_micro = sum(len(p) for p in packs)
+        mine = [[shares[info.rank][k] for k in mb] for mb in packs[info.rank]]
+        micro: list[tuple[list[TurnSample], float]] = [
+            ([samples[i] for i in mb], info.world / total_micro) for mb in mine
+        ]
+        if not micro:
+            micro = [([_dummy_sample(pad_id)], 0.0)]
+        local_bad: list[str] = []
+        for k, (mb, scale) in enumerate(micro):
+            batch = collate(mb, pad_id, info.device)
+            with gradient_sync(model, enabled=k == len(micro) - 1):
+                loss, parts, mb_sums = micro_batch_loss(model, batch, weights, use_ref)
+                (loss * scale).backward()
+            if scale > 0:
+                sums += mb_sums.cpu()
+                if not torch.isfinite(loss):
+                    bad = [name for name, v in parts.items() if not torch.isfinite(v)] or ["total loss"]
+                    local_bad.append(f"non-finite {', '.join(bad)} on rank {info.rank} (mini-batch {j + 1})")
+        # the parameters as registered now: FSDP2 swaps sharded/unsharded tensors in and out of the modules
+        params = [p for p in model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        flag = torch.tensor([float(bool(local_bad))], device=info.device)
+        all_reduce_(flag, info, op="max")
+        if flag.item() > 0 or not torch.isfinite(grad_norm):
+            causes = [c for rank_causes in all_gather_object(local_bad, info) for c in rank_causes]
+            cause = "; ".join(causes) or f"non-finite grad norm ({float(grad_norm)}) in mini-batch {j + 1}"
+            optimizer.zero_grad(set_to_none=True)
+            skipped = True
+            break
+        grad_norms.append(float(grad_norm))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        steps += 1
+
+    sums = all_reduce_(sums.to(info.device), info)
+    s = dict(zip(_STAT_KEYS, sums.cpu().tolist(), strict=False))
+    n, n_opd = max(s["tokens"], 1.0), max(s["opd_tokens"], 1.0)
+    metrics = {
+        "actor/pg_loss": s["pg"] / n,
+        "actor/kl": s["kl"] / n,
+        "actor/entropy": s["entropy"] / n,
+        "actor/clip_frac": s["clip_frac"] / n,
+        "actor/clip_frac_lower": s["clip_frac_lower"] / n,
+        "actor/ppo_kl": s["ppo_kl"] / n,
+        "actor/grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else float("nan"),
+        "actor/optimizer_steps": float(steps),
+        "actor/skipped": float(skipped),
+        "opd/loss": s["opd"] / n_opd,
+        "opd/gate_mean": s["gate"] / n_opd if s["opd_tokens"] else 0.0,
+        "opd/delta_mean": s["delta"] / n_opd,
+        "opd/token_frac": s["opd_tokens"] / n,
+    }
+    return UpdateResult(metrics, skipped, cause, steps, int(s["tokens"]))
+
+
+class NonFiniteGuard:
+    """Counts updates skipped for a non-finite loss; `limit` in a row stop the run with the step and the cause."""
+
+    def __init__(self, limit: int = 3, streak: int = 0):
+        self.limit = limit
+        self.streak = streak
+
+    def observe(self, step: int, skipped: bool, cause: str | None) -> None:
+        if not skipped:
+            self.streak = 0
+            return
+        self.streak += 1
+        warnings.warn(f"update {step} skipped: {cause}", RuntimeWarning, stacklevel=2)
+        if self.streak >= self.limit:
+            raise TrainingStopped(
+                f"stopped at update {step}: the loss was non-finite in {self.streak} updates in a row "
+                f"({step - self.streak + 1}..{step}); last cause: {cause}. Lower --lr, check the model's dtype, "
+                "or inspect the last samples with `seed inspect`"
+            )
+
+
+# --------------------------------------------------------------------------------------------- checkpoints
+
+CHECKPOINTS = "checkpoints"
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def rng_state() -> dict[str, Any]:
+    import numpy as np
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    root: Path,
+    step: int,
+    *,
+    lm: torch.nn.Module,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    train_module: torch.nn.Module,
+    info: DistInfo,
+    state: dict[str, Any],
+    keep: int = 0,
+) -> Path:
+    """`root/step_NNNNNN/` with model/ (HF format + tokenizer), the optimizer, every rank's RNG state and
+    state.json; written into a temporary directory and renamed, then `root/latest` moves to it. Every rank calls it.
+    `keep` > 0 deletes all but the newest `keep` checkpoints."""
+    reshard(train_module)  # state dicts must see the sharded parameters the optimizer holds
+    root = Path(root)
+    final = root / step_dir_name(step)
+    tmp = root / f".tmp_{step_dir_name(step)}"
+    if info.is_main:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        (tmp / "model").mkdir(parents=True)
+    barrier(info)
+
+    if info.fsdp:
+        sd = full_state_dict(lm, keep=info.is_main)  # collective: every rank gathers, rank 0 keeps
+        if info.is_main:
+            _save_hf_state_dict(lm, sd, tmp / "model")
+        del sd
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        dcp.save({"optimizer": get_optimizer_state_dict(train_module, optimizer)}, checkpoint_id=str(tmp / "optimizer"))
+    elif info.is_main:
+        lm.save_pretrained(tmp / "model", safe_serialization=True)
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    rngs = all_gather_object(rng_state(), info)
+    if info.is_main:
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save(rngs, tmp / "rng.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2, default=float))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _point(root / "latest", final.name)
+        if keep > 0:
+            for old in sorted(root.glob("step_*"))[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
+    barrier(info)
+    return final
+
+
+def _save_hf_state_dict(lm: torch.nn.Module, sd: dict[str, torch.Tensor], out: Path) -> None:
+    """A gathered state dict in Hugging Face format (safetensors + config), for the FSDP path."""
+    from safetensors.torch import save_file
+
+    cfg = lm.config
+    if getattr(cfg, "tie_word_embeddings", False):
+        sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg.save_pretrained(out)
+    if getattr(lm, "generation_config", None) is not None:
+        lm.generation_config.save_pretrained(out)
+
+
+def _point(link: Path, target: str) -> None:
+    tmp = link.with_name(f".{link.name}.{os.getpid()}")
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    """The newest complete checkpoint (state.json written) under `root`, or None."""
+    root = Path(root)
+    link = root / "latest"
+    if link.is_symlink() and (link.resolve() / "state.json").exists():
+        candidates = [link.resolve()]
+    else:
+        candidates = []
+    candidates += [d for d in root.glob("step_*") if (d / "state.json").exists()]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda d: int(d.name.split("_")[-1]))
+
+
+def read_checkpoint_state(ckpt: Path) -> dict[str, Any]:
+    return json.loads((Path(ckpt) / "state.json").read_text())
+
+
+def load_optimizer_and_rng(
+    ckpt: Path, optimizer: torch.optim.Optimizer, train_module: torch.nn.Module, info: DistInfo
+) -> None:
+    """Restore the optimizer state and this rank's RNG state from a checkpoint (weights are loaded with the model)."""
+    ckpt = Path(ckpt)
+    reshard(train_module)
+    if info.fsdp:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+        sd = {"optimizer": get_optimizer_state_dict(train_module, optimizer)}
+        dcp.load(sd, checkpoint_id=str(ckpt / "optimizer"))
+        set_optimizer_state_dict(train_module, optimizer, sd["optimizer"])
+    else:
+        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=info.device, weights_only=False))
+    rngs = torch.load(ckpt / "rng.pt", weights_only=False)
+    set_rng_state(rngs[info.rank] if info.rank < len(rngs) else rngs[0])
+
+
+def update_seed(seed: int, step: int, *parts: object) -> int:
+    """A per-update seed (rollouts, mini-batch order) that depends only on the run seed and the step, so a resumed
+    run draws what an uninterrupted one would have drawn."""
+    return hash_seed("rl", seed, step, *parts)
+
+
+__all__ = [
+    "LossWeights",
+    "NonFiniteGuard",
+    "Scorer",
+    "TrainingStopped",
+    "UpdateResult",
+    "collate",
+    "latest_checkpoint",
+    "load_optimizer_and_rng",
+    "micro_batch_loss",
+    "plan_minibatches",
+    "rank_indices",
+    "read_checkpoint_state",
+    "save_checkpoint",
+    "train_update",
+    "update_seed",
+]

@@ -1,0 +1,215 @@
+"""`seed rl` end to end on a tiny model and real ALFWorld train games (CLI in subprocesses, CPU, short episodes).
+
+- SEED with the static skill library (the teacher gets valid skills): every metric present, OPD non-zero.
+- GRPO: no analyzer, no teacher pass, OPD metrics 0.
+- SEED with `--analyzer self` on a random model: its skills are rejected → `opd/valid_skill_frac` 0, no error.
+- `--nproc 2`: DDP over gloo completes, the ranks' weights are bit-identical after every update, validation runs;
+  FSDP2 over gloo (the GPU code path in fp32) computes the same metrics as DDP.
+- SIGKILL after the first checkpoint + `--resume`: updates 1..N logged once each, and identical to an uninterrupted run.
+- A resume with nothing left to train fails with a clear message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STATIC = f"static:{REPO / 'data' / 'static_skills.json'}"
+
+REQUIRED = [
+    "step", "reward/mean", "rollout/success_rate", "env/episode_length", "env/invalid_rate",
+    "actor/pg_loss", "actor/kl", "actor/entropy", "actor/clip_frac", "actor/grad_norm",
+    "opd/loss", "opd/gate_mean", "opd/delta_mean", "opd/valid_skill_frac",
+    "timing_s/rollout", "timing_s/analyze", "timing_s/rescore", "timing_s/update", "perf/tokens_per_s",
+    "sync/probe_mean_abs_diff",
+]  # fmt: skip
+
+pytestmark = pytest.mark.skipif(
+    not (Path(os.environ.get("ALFWORLD_DATA", "")) / "json_2.1.1").is_dir(), reason="ALFWorld data not found"
+)
+
+
+def seed_rl(
+    runs: Path, model: Path, *args: str, check: bool = True, **popen
+) -> subprocess.CompletedProcess | subprocess.Popen:
+    cmd = [sys.executable, "-m", "seedcli", "rl", "-c", "tiny", "--model", str(model), "--runs-dir", str(runs),
+           "--max-steps", "2", *args]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if popen:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, **popen)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def run_dir(runs: Path) -> Path:
+    dirs = [d for d in (runs / "rl").iterdir() if d.is_dir() and not d.is_symlink()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def stable(record: dict) -> dict:
+    """The metrics that do not depend on wall-clock time."""
+    return {k: v for k, v in record.items() if not k.startswith(("timing_s/", "perf/"))}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    from seedcli.engines.tiny import build_tiny_model
+    from seedcli.prompts import tokenizer_corpus
+
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny", seed=0, corpus=tokenizer_corpus())
+
+
+@pytest.fixture(scope="module")
+def seed_run(model, tmp_path_factory) -> Path:
+    runs = tmp_path_factory.mktemp("seed")
+    seed_rl(runs, model, "--analyzer", STATIC, "--json")
+    return run_dir(runs)
+
+
+def test_seed_with_static_skills(seed_run):
+    records = metrics(seed_run)
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        missing = [k for k in REQUIRED if k not in r]
+        assert not missing, missing
+        assert any(k.startswith("rollout/success/") for k in r)  # per task type
+        assert r["opd/valid_skill_frac"] == 1.0  # the library has a skill for every task type
+        assert r["opd/loss"] != 0.0 and 0.0 < r["opd/gate_mean"] < 1.0
+        assert r["opd/token_frac"] == 1.0
+        assert r["timing_s/rescore_teacher"] > 0
+        assert r["sync/probe_mean_abs_diff"] < 1e-3  # the hf engine shares the live weights
+        assert r["actor/skipped"] == 0.0 and r["actor/optimizer_steps"] >= 1
+        assert r["rollout/episodes"] == 4 and r["env/episode_length"] <= 2
+    manifest = json.loads((seed_run / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    outputs = {o["path"] for o in manifest["outputs"]}
+    assert {"metrics.jsonl", "samples.jsonl", "checkpoints/step_000002/model/model.safetensors"} <= outputs
+    assert manifest["metrics"]["analyzer"].startswith("static:")
+    for step in (1, 2):  # save_every 1 in the tiny preset
+        ckpt = seed_run / "checkpoints" / f"step_{step:06d}"
+        assert {"model", "optimizer.pt", "rng.pt", "state.json"} <= {p.name for p in ckpt.iterdir()}
+        assert json.loads((ckpt / "state.json").read_text())["sampler"]["position"] == 2 * step
+
+    # samples: one episode per update with its skill and, per response token, the shift and the gate
+    samples = [json.loads(line) for line in (seed_run / "samples.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in samples] == [1, 2]
+    turn = samples[0]["turns"][0]
+    assert samples[0]["skill"] and len(turn["tokens"]) == len(turn["shift"]) == len(turn["gate"]) > 0
+    for shift, gate in zip(turn["shift"], turn["gate"], strict=False):
+        assert gate == pytest.approx(1 / (1 + pytest.importorskip("math").exp(-5.0 * shift)), rel=1e-6)
+    shown = subprocess.run(
+        [sys.executable, "-m", "seedcli", "inspect", str(seed_run), "--step", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "skill:" in shown.stdout and "mean shift" in shown.stdout and "update 2" in shown.stdout
+
+
+def test_grpo_skips_analyzer_and_teacher(model, tmp_path):
+    seed_rl(tmp_path, model, "--algo", "grpo")
+    records = metrics(run_dir(tmp_path))
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        assert not [k for k in REQUIRED if k not in r]
+        assert r["opd/loss"] == 0.0 and r["opd/valid_skill_frac"] == 0.0 and r["opd/coef"] == 0.0
+        assert r["timing_s/analyze"] < 0.01 and r["timing_s/rescore_teacher"] == 0.0
+        assert not any(k.startswith("analyzer/") for k in r)
+
+
+def test_self_analyzer_on_a_random_model_rejects_without_error(model, tmp_path):
+    seed_rl(tmp_path, model, "--analyzer", "self", "--steps", "1", "analyzer_max_new_tokens=24")
+    (r,) = metrics(run_dir(tmp_path))
+    assert r["opd/valid_skill_frac"] == 0.0 and r["opd/loss"] == 0.0
+    assert sum(v for k, v in r.items() if k.startswith("analyzer/rejected/")) == r["rollout/episodes"]
+    assert r["timing_s/analyze"] > 0
+
+
+TWO_RANKS = ("--analyzer", STATIC, "--nproc", "2", "--val-every", "2", "--val-games", "2", "--json")
+
+
+@pytest.fixture(scope="module")
+def ddp_run(model, tmp_path_factory) -> tuple[dict, list[dict]]:
+    runs = tmp_path_factory.mktemp("ddp")
+    proc = seed_rl(runs, model, *TWO_RANKS)
+    return json.loads(proc.stdout.strip().splitlines()[-1]), metrics(run_dir(runs))
+
+
+def test_two_processes_ddp(ddp_run):
+    summary, records = ddp_run
+    assert summary["status"] == "complete"
+    assert summary["metrics"]["world_size"] == 2 and summary["metrics"]["parallel"] == "ddp"
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        assert r["dist/ranks_in_sync"] == 1.0  # sha256 of every parameter equal on both ranks
+        assert r["rollout/episodes"] == 4 and r["opd/loss"] != 0.0
+    assert "val/success_rate" in records[1] and records[1]["val/games"] == 2 and "val/success_rate" not in records[0]
+
+
+def test_two_processes_fsdp_on_cpu_matches_ddp(ddp_run, model, tmp_path):
+    """FSDP2 over gloo in fp32: the GPU code path (sharded actor and reference, gathered weights pushed into a separate
+    engine, probe check, sharded optimizer checkpoint) computes what DDP computes."""
+    proc = seed_rl(tmp_path, model, *TWO_RANKS, "parallel=fsdp")
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]["parallel"] == "fsdp"
+    run = run_dir(tmp_path)
+    records = metrics(run)
+    assert (run / "checkpoints" / "step_000002" / "optimizer").is_dir()  # DCP, one shard file per rank
+    for fsdp, ddp in zip(records, ddp_run[1], strict=True):
+        assert fsdp["sync/probe_mean_abs_diff"] < 1e-3  # the engine received the gathered weights
+        a, b = stable(fsdp), stable(ddp)
+        b.pop("dist/ranks_in_sync")
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k] == (pytest.approx(b[k], rel=1e-4, abs=1e-6) if isinstance(b[k], float) else b[k]), k
+
+
+def test_kill_and_resume_continue_exactly(model, seed_run, tmp_path):
+    args = ("--analyzer", STATIC, "--steps", "3")
+    proc = seed_rl(tmp_path, model, *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 300
+    while not list((tmp_path / "rl").glob("*/checkpoints/step_000001/state.json")):
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert time.time() < deadline, "no checkpoint after 300 s"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its env workers, mid-run
+    proc.wait()
+    proc.stderr.close()
+    run = run_dir(tmp_path)
+    assert json.loads((run / "manifest.json").read_text())["status"] == "running"
+    assert not (run / "checkpoints" / "step_000003").exists()
+
+    seed_rl(tmp_path, model, *args, "--resume")
+    records = metrics(run)
+    assert [r["step"] for r in records] == [1, 2, 3]  # each update once, none lost, none repeated
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["resumed"] == 1
+    assert manifest["metrics"]["resumed_from_step"] >= 1
+    # the resumed run computes exactly what the uninterrupted two-update run computed
+    for resumed, reference in zip(records[:2], metrics(seed_run), strict=False):
+        assert stable(resumed) == stable(reference)
+
+
+def test_resume_with_nothing_left_fails(seed_run, model, tmp_path):
+    copy = tmp_path / "rl" / seed_run.name
+    shutil.copytree(seed_run, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["status"] = "running"  # as if killed after the last checkpoint, before completing
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    proc = seed_rl(tmp_path, model, "--analyzer", STATIC, "--resume", str(copy), check=False)
+    assert proc.returncode == 2
+    assert "would train zero updates" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,228 @@
+"""Turn-samples, advantages, packed re-scoring, the static skill library and the weight-sync probe."""
+
+import json
+import math
+import statistics
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seedcli.errors import UserError
+from seedcli.prompts import SKILL_HEADING, render_agent_prompt
+from seedcli.records import Trajectory, Turn
+from seedcli.rl.rescoring import (
+    TASK_TYPES,
+    WeightSyncError,
+    build_turn_samples,
+    check_probe,
+    load_skill_library,
+    rescore_samples,
+    score_responses,
+)
+from seedcli.rl.trainer import Scorer
+
+torch.set_num_threads(1)
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 97
+
+
+def tiny_lm(seed: int = 0):
+    torch.manual_seed(seed)
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
+    )  # fmt: skip
+    return transformers.Qwen2ForCausalLM(config).float().eval()
+
+
+def turn(step: int, valid: bool, response_ids: list[int], task: str = "put a mug in fridge.") -> Turn:
+    prompt = render_agent_prompt(task, f"obs {step}", ["look", "inventory"], step, [], 5)
+    return Turn(
+        step=step, observation=f"obs {step}", admissible=["look"], prompt=prompt, response="r", response_ids=response_ids,
+        action="look", valid=valid,
+    )  # fmt: skip
+
+
+def episode(eid: str, gid: str, won: bool, turns: list[Turn], task_type: str = "pick_and_place_simple") -> Trajectory:
+    return Trajectory(
+        episode_id=eid, group_id=gid, game_file="g", split="train", task_type=task_type, task="put a mug in fridge.",
+        turns=turns, won=won, reward=10.0 * won, length=len(turns), engine="hf", model_id="m", model_hash="h",
+        sampling={}, prompt_version="v", seed=0,
+    )  # fmt: skip
+
+
+def fake_render(text: str) -> list[int]:
+    """Deterministic ids from text (one per word, mod vocab), standing in for the chat template."""
+    return [1] + [(sum(map(ord, w)) % (VOCAB - 2)) + 2 for w in text.split()][:40]
+
+
+# --------------------------------------------------------------------------------------------- samples
+
+
+def test_turn_samples_scores_and_group_advantages_by_hand():
+    eps = [
+        episode("a", "g1", True, [turn(1, True, [5, 6]), turn(2, False, [7])]),
+        episode("b", "g1", False, [turn(1, True, [8, 9, 10])]),
+        episode("c", "g2", False, [turn(1, True, [11]), turn(2, True, [])]),  # empty response: dropped
+    ]
+    samples = build_turn_samples(eps, ["Find it first then bring it over.", None, None], fake_render)
+    assert [s.score for s in samples] == pytest.approx([10.0, 9.9, 0.0, 0.0])
+    g1 = [10.0, 9.9, 0.0]
+    mean, std = statistics.mean(g1), statistics.stdev(g1)  # unbiased, as verl
+    expected = [(x - mean) / (std + 1e-6) for x in g1] + [0.0]  # g2 is a group of one sample: advantage 0
+    assert [s.advantage for s in samples] == pytest.approx(expected, rel=1e-5)
+    assert [s.group_id for s in samples] == ["g1", "g1", "g1", "g2"]
+    # the skill context exists only for the episode with a skill, and it is the skill-augmented prompt
+    assert samples[0].skill_prompt_ids == fake_render(
+        _skill_prompt(eps[0].turns[0].prompt, "Find it first then bring it over.")
+    )
+    assert samples[2].skill_prompt_ids is None and samples[3].skill_prompt_ids is None
+    assert samples[0].prompt_ids == fake_render(eps[0].turns[0].prompt)
+
+
+def _skill_prompt(prompt: str, skill: str) -> str:
+    from seedcli.prompts import insert_skill
+
+    out = insert_skill(prompt, skill)
+    assert SKILL_HEADING in out
+    return out
+
+
+def test_no_skill_context_without_teacher():
+    eps = [episode("a", "g", True, [turn(1, True, [5])])]
+    samples = build_turn_samples(eps, ["Find it first then bring it over."], fake_render, with_skill_context=False)
+    assert samples[0].skill_prompt_ids is None
+
+
+# --------------------------------------------------------------------------------------------- re-scoring
+
+
+def naive_response_logp(lm, prompt, response):
+    ids = torch.tensor([prompt + response])
+    logits = lm(input_ids=ids).logits.float()[0]  # [T, V]
+    logp = F.log_softmax(logits[:-1], -1).gather(-1, ids[0, 1:, None]).squeeze(-1)  # [T-1]
+    return logp[len(prompt) - 1 :]
+
+
+def test_packed_scores_equal_one_at_a_time_and_naive():
+    lm = tiny_lm()
+    scorer = Scorer(lm)
+    g = torch.Generator().manual_seed(0)
+    contexts = []
+    for plen, rlen in [(5, 3), (12, 1), (3, 7), (9, 4), (20, 2)]:
+        contexts.append(
+            (
+                torch.randint(2, VOCAB, (plen,), generator=g).tolist(),
+                torch.randint(2, VOCAB, (rlen,), generator=g).tolist(),
+            )
+        )
+    fn = lambda ids, attn, resp: scorer(ids, attn, resp)  # noqa: E731
+    with torch.no_grad():
+        packed = score_responses(fn, contexts, max_tokens=24, pad_id=0)  # forces several micro-batches
+        single = [score_responses(fn, [c], max_tokens=10_000, pad_id=0)[0] for c in contexts]
+        naive = [naive_response_logp(lm, p, r) for p, r in contexts]
+    for a, b, c, (_, r) in zip(packed, single, naive, contexts, strict=False):
+        assert a.shape == (len(r),)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-5)
+
+
+def test_rescore_fills_old_ref_and_skill():
+    lm, ref = tiny_lm(0), tiny_lm(1)
+    eps = [
+        episode("a", "g", True, [turn(1, True, [5, 6, 7])]),
+        episode("b", "g", False, [turn(1, True, [8, 9])]),
+    ]
+    samples = build_turn_samples(eps, ["Find it first then bring it over.", None], fake_render)
+    timings = {}
+    rescore_samples(
+        samples, old_fn=Scorer(lm), ref_fn=Scorer(ref), teacher=True, max_tokens=512, pad_id=0, timings=timings
+    )
+    for s in samples:
+        assert s.old_logp.shape == s.ref_logp.shape == (len(s.response_ids),)
+        assert not torch.allclose(s.old_logp, s.ref_logp)  # a different model scores differently
+    a, b = samples
+    assert a.skill_logp is not None and b.skill_logp is None
+    assert not torch.allclose(a.skill_logp, a.old_logp)  # the skill context changes the scores
+    expected = naive_response_logp(lm, a.skill_prompt_ids, a.response_ids)
+    torch.testing.assert_close(a.skill_logp, expected, atol=1e-5, rtol=1e-5)
+    assert set(timings) == {"old", "ref", "teacher"}
+
+
+def test_rescore_without_teacher_or_ref():
+    lm = tiny_lm()
+    samples = build_turn_samples(
+        [episode("a", "g", True, [turn(1, True, [5])])], ["Find it first then bring it over."], fake_render
+    )
+    rescore_samples(samples, old_fn=Scorer(lm), ref_fn=None, teacher=False, max_tokens=512, pad_id=0)
+    assert samples[0].old_logp is not None and samples[0].ref_logp is None and samples[0].skill_logp is None
+
+
+# --------------------------------------------------------------------------------------------- skill library
+
+
+def test_shipped_static_library_covers_every_task_type():
+    from seedcli.stages.rl import DEFAULT_STATIC_SKILLS
+
+    lib = load_skill_library(DEFAULT_STATIC_SKILLS)
+    assert set(lib.skills) == set(TASK_TYPES)
+    assert all(len(v) == 1 and len(v[0].split()) >= 5 for v in lib.skills.values())
+    assert lib.skill_for("pick_clean_then_place_in_recep", "e1").startswith("Find and take the object")
+
+
+def test_library_formats(tmp_path):
+    skill = "Take the object and then put it in the target."
+    p = tmp_path / "map.json"
+    p.write_text(json.dumps({"pick": skill, "look_at_obj_in_light": [skill, skill + " Also look."]}))
+    lib = load_skill_library(p)
+    assert lib.skills["pick_and_place_simple"] == [skill]
+    assert len(lib.skills["look_at_obj_in_light"]) == 2
+    picks = {lib.skill_for("look_at_obj_in_light", f"ep{i}") for i in range(20)}
+    assert len(picks) == 2  # several skills of a type: each episode gets one, stably
+    assert lib.skill_for("look_at_obj_in_light", "ep3") == lib.skill_for("look_at_obj_in_light", "ep3")
+    assert lib.skill_for("pick_two_obj_and_place", "ep1") is None
+
+    p = tmp_path / "list.json"
+    p.write_text(json.dumps([{"task_type": "heat", "skill": skill}]))
+    assert load_skill_library(p).skills == {"pick_heat_then_place_in_recep": [skill]}
+
+    # an annotate run's skills.jsonl: rejected records are skipped
+    p = tmp_path / "skills.jsonl"
+    p.write_text(
+        json.dumps({"task_type": "pick_cool_then_place_in_recep", "episode_skill": skill, "reason": None}) + "\n"
+        + json.dumps({"task_type": "pick_cool_then_place_in_recep", "episode_skill": "x", "reason": "skill_too_short"}) + "\n"
+    )  # fmt: skip
+    assert load_skill_library(p).skills == {"pick_cool_then_place_in_recep": [skill]}
+    assert load_skill_library(tmp_path).skills == {"pick_cool_then_place_in_recep": [skill]}  # the run directory
+
+
+def test_library_errors(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_skill_library(tmp_path / "nope.json")
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({"juggle": "Take the object and then put it down."}))
+    with pytest.raises(UserError, match="unknown task type 'juggle'"):
+        load_skill_library(p)
+    p.write_text(json.dumps({"pick": "too short"}))
+    with pytest.raises(UserError, match="at least 5 words"):
+        load_skill_library(p)
+    p.write_text("{not json\n")
+    with pytest.raises(UserError, match="bad.json:1"):
+        load_skill_library(p)
+
+
+# --------------------------------------------------------------------------------------------- probe
+
+
+def test_probe_check():
+    m = check_probe([-1.0, -2.0], [-1.0005, -2.0], tol=1e-3, step=4)
+    assert m["sync/probe_mean_abs_diff"] == pytest.approx(0.00025)
+    assert m["sync/probe_max_abs_diff"] == pytest.approx(0.0005)
+    with pytest.raises(WeightSyncError, match="update 4.*stale"):
+        check_probe([-1.0, -2.0], [-1.5, -2.0], tol=1e-3, step=4)
+    with pytest.raises(WeightSyncError, match="3 tokens"):
+        check_probe([-1.0, -2.0, -3.0], [-1.0, -2.0], tol=1e-3, step=1)
+    with pytest.raises(WeightSyncError):
+        check_probe([math.nan], [-1.0], tol=1e-3, step=1)

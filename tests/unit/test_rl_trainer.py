@@ -1,0 +1,243 @@
+"""The update on re-scored turn-samples: collation (advantage broadcast, OPD mask), mini-batch plans, one update on a
+tiny model against hand-computable values, non-finite handling, and checkpoint round trips."""
+
+import random
+
+import pytest
+import torch
+
+from seedcli.rl.distributed import DistInfo
+from seedcli.rl.rescoring import TurnSample, rescore_samples
+from seedcli.rl.trainer import (
+    LossWeights,
+    NonFiniteGuard,
+    Scorer,
+    TrainingStopped,
+    collate,
+    latest_checkpoint,
+    load_optimizer_and_rng,
+    plan_minibatches,
+    rank_indices,
+    read_checkpoint_state,
+    save_checkpoint,
+    train_update,
+)
+
+torch.set_num_threads(1)
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 97
+
+
+def tiny_lm(seed: int = 0):
+    torch.manual_seed(seed)
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
+    )  # fmt: skip
+    return transformers.Qwen2ForCausalLM(config).float()
+
+
+def make_samples(n: int = 6, seed: int = 0, skill_every: int = 2) -> list[TurnSample]:
+    g = random.Random(seed)
+    out = []
+    for i in range(n):
+        p = [g.randrange(2, VOCAB) for _ in range(g.randrange(3, 9))]
+        r = [g.randrange(2, VOCAB) for _ in range(g.randrange(1, 5))]
+        skill = [1, *p[:2], 50, 51, *p[2:]] if i % skill_every == 0 else None
+        out.append(TurnSample(i // 2, i % 2, f"g{i // 3}", p, r, skill, 0.0, advantage=(-1.0) ** i * (1 + i / 10)))
+    return out
+
+
+def rescored(lm, samples, teacher=True, ref=None):
+    rescore_samples(samples, old_fn=Scorer(lm), ref_fn=Scorer(ref or lm), teacher=teacher, max_tokens=256, pad_id=0)
+    return samples
+
+
+# --------------------------------------------------------------------------------------------- batching
+
+
+def test_collate_broadcasts_advantage_and_masks():
+    s = make_samples(2)
+    for x in s:
+        x.old_logp = torch.full((len(x.response_ids),), -1.0)
+        x.ref_logp = torch.full((len(x.response_ids),), -2.0)
+    s[0].skill_logp = torch.full((len(s[0].response_ids),), -0.5)
+    b = collate(s, pad_id=0)
+    for row, x in enumerate(s):
+        p, r = len(x.prompt_ids), len(x.response_ids)
+        assert b["input_ids"][row, : p + r].tolist() == x.prompt_ids + x.response_ids
+        assert b["attention_mask"][row].sum() == p + r
+        assert b["response_mask"][row].nonzero().flatten().tolist() == list(range(p, p + r))
+        # the sample's advantage on every response token, nothing elsewhere
+        assert b["advantages"][row, p : p + r].tolist() == pytest.approx([x.advantage] * r)
+        assert b["advantages"][row].abs().sum() == pytest.approx(abs(x.advantage) * r)
+        assert b["old_logp"][row, p : p + r].tolist() == [-1.0] * r
+    p0, r0 = len(s[0].prompt_ids), len(s[0].response_ids)
+    assert b["opd_mask"][0].nonzero().flatten().tolist() == list(range(p0, p0 + r0))
+    assert b["opd_mask"][1].sum() == 0  # no valid skill: no OPD on its tokens
+
+
+def test_plan_minibatches_covers_every_sample_once():
+    plan = plan_minibatches(11, mini_batch=4, world=2, seed=0)
+    assert [sum(len(share) for share in mb) for mb in plan] == [4, 4, 3]
+    flat = [i for mb in plan for share in mb for i in share]
+    assert sorted(flat) == list(range(11))
+    assert [len(share) for share in plan[-1]] == [2, 1]
+    assert sorted(rank_indices(plan, 0) + rank_indices(plan, 1)) == list(range(11))
+    assert plan_minibatches(11, 4, 2, seed=0) == plan and plan_minibatches(11, 4, 2, seed=1) != plan
+
+
+# --------------------------------------------------------------------------------------------- update
+
+
+def test_one_update_at_ratio_one_by_hand():
+    lm = tiny_lm()
+    samples = rescored(lm, make_samples(6))
+    before = {k: v.clone() for k, v in lm.state_dict().items()}
+    model = Scorer(lm)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    plan = plan_minibatches(len(samples), mini_batch=6, world=1, seed=0)  # one mini-batch → one step at θ = π_old
+    res = train_update(
+        model, opt, samples, plan, DistInfo(), weights=LossWeights(), micro_tokens=10_000, grad_clip=1.0, pad_id=0
+    )
+    n_tok = sum(len(s.response_ids) for s in samples)
+    # ratio = 1 everywhere: the PPO loss is −(token mean of A); θ = ref: KL = 0; nothing clipped
+    expected_pg = -sum(s.advantage * len(s.response_ids) for s in samples) / n_tok
+    assert res.metrics["actor/pg_loss"] == pytest.approx(expected_pg, rel=1e-5)
+    assert res.metrics["actor/kl"] == pytest.approx(0.0, abs=1e-6)
+    assert res.metrics["actor/clip_frac"] == 0.0
+    assert res.metrics["actor/entropy"] > 0
+    assert res.tokens == n_tok and res.optimizer_steps == 1 and not res.skipped
+    # OPD at θ = π_old: Δ = ℓ_skill − ℓ_old per token, gate σ(5Δ), loss = mean g·Δ over tokens with a skill
+    with_skill = [s for s in samples if s.skill_logp is not None]
+    deltas = torch.cat([s.skill_logp - s.old_logp for s in with_skill])
+    gates = torch.sigmoid(5 * deltas)
+    assert res.metrics["opd/loss"] == pytest.approx(float((gates * deltas).mean()), rel=1e-4, abs=1e-6)
+    assert res.metrics["opd/gate_mean"] == pytest.approx(float(gates.mean()), rel=1e-5)
+    assert res.metrics["opd/delta_mean"] == pytest.approx(float(deltas.mean()), rel=1e-4, abs=1e-6)
+    assert res.metrics["opd/token_frac"] == pytest.approx(len(deltas) / n_tok)
+    assert res.metrics["opd/loss"] != 0.0
+    assert any(not torch.equal(before[k], v) for k, v in lm.state_dict().items())
+    assert res.metrics["actor/grad_norm"] > 0
+
+
+def test_several_minibatches_step_several_times_and_clip_later():
+    lm = tiny_lm()
+    samples = rescored(lm, make_samples(8))
+    model = Scorer(lm)
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-2)
+    plan = plan_minibatches(len(samples), mini_batch=2, world=1, seed=0)
+    res = train_update(
+        model, opt, samples, plan, DistInfo(), weights=LossWeights(), micro_tokens=16, grad_clip=1.0, pad_id=0
+    )
+    assert res.optimizer_steps == 4
+    assert res.metrics["actor/kl"] > 0  # θ moved away from the reference after the first step
+    assert res.metrics["actor/clip_frac"] > 0  # a large lr pushes later mini-batches' ratios past 1 ± ε
+
+
+def test_grpo_weights_ignore_opd():
+    lm = tiny_lm()
+    samples = rescored(lm, make_samples(4), teacher=False)
+    model = Scorer(lm)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    plan = plan_minibatches(4, 4, 1, 0)
+    w = LossWeights(opd_coef=0.0)
+    res = train_update(model, opt, samples, plan, DistInfo(), weights=w, micro_tokens=10_000, grad_clip=1.0, pad_id=0)
+    assert (
+        res.metrics["opd/loss"] == 0.0 and res.metrics["opd/token_frac"] == 0.0 and res.metrics["opd/gate_mean"] == 0.0
+    )
+
+
+def test_non_finite_loss_skips_the_step_and_names_the_cause():
+    lm = tiny_lm()
+    samples = rescored(lm, make_samples(4))
+    plan = plan_minibatches(4, 2, 1, 0)
+    bad = samples[plan[0][0][0]]  # a sample of the first mini-batch gets a NaN reference score
+    bad.ref_logp = bad.ref_logp.clone()
+    bad.ref_logp[0] = float("nan")
+    before = {k: v.clone() for k, v in lm.state_dict().items()}
+    model = Scorer(lm)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    res = train_update(
+        model, opt, samples, plan, DistInfo(), weights=LossWeights(), micro_tokens=10_000, grad_clip=1.0, pad_id=0
+    )
+    assert res.skipped and res.metrics["actor/skipped"] == 1.0
+    assert "non-finite actor/kl" in res.cause and "mini-batch 1" in res.cause
+    assert res.optimizer_steps == 0  # the update stopped at the bad mini-batch
+    assert all(torch.equal(before[k], v) for k, v in lm.state_dict().items())
+    assert not opt.state  # AdamW never stepped
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_guard_stops_after_three_in_a_row():
+    g = NonFiniteGuard(limit=3)
+    with pytest.warns(RuntimeWarning, match="update 1 skipped"):
+        g.observe(1, True, "non-finite actor/kl")
+    g.observe(2, False, None)
+    assert g.streak == 0
+    with pytest.warns(RuntimeWarning):
+        g.observe(3, True, "a")
+        g.observe(4, True, "b")
+        with pytest.raises(TrainingStopped, match=r"stopped at update 5: .*3 updates in a row \(3..5\); last cause: c"):
+            g.observe(5, True, "c")
+
+
+# --------------------------------------------------------------------------------------------- checkpoints
+
+
+class StubTokenizer:
+    def save_pretrained(self, path):
+        (path / "tokenizer_config.json").write_text("{}")
+
+
+def test_checkpoint_round_trip(tmp_path):
+    lm = tiny_lm()
+    samples = rescored(lm, make_samples(4))
+    model = Scorer(lm)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    train_update(
+        model,
+        opt,
+        samples,
+        plan_minibatches(4, 4, 1, 0),
+        DistInfo(),
+        weights=LossWeights(),
+        micro_tokens=10_000,
+        grad_clip=1.0,
+        pad_id=0,
+    )
+    info = DistInfo()
+    root = tmp_path / "checkpoints"
+    torch.manual_seed(123)
+    for step in (1, 2, 3):
+        save_checkpoint(root, step, lm=lm, tokenizer=StubTokenizer(), optimizer=opt, train_module=model, info=info,
+                        state={"sampler": {"position": 4 * step}}, keep=2)  # fmt: skip
+    expected_next = torch.rand(3)
+    assert sorted(p.name for p in root.glob("step_*")) == ["step_000002", "step_000003"]
+    assert not list(root.glob(".tmp*"))
+    ckpt = latest_checkpoint(root)
+    assert ckpt.name == "step_000003" and (root / "latest").resolve() == ckpt
+    assert read_checkpoint_state(ckpt) == {"step": 3, "sampler": {"position": 12}}
+    assert (ckpt / "model" / "config.json").exists() and (ckpt / "model" / "tokenizer_config.json").exists()
+
+    lm2 = transformers.AutoModelForCausalLM.from_pretrained(ckpt / "model", dtype=torch.float32)
+    for (k, a), b in zip(lm.state_dict().items(), lm2.state_dict().values(), strict=False):
+        assert torch.equal(a, b), k
+    opt2 = torch.optim.AdamW(Scorer(lm2).parameters(), lr=1e-3)
+    torch.manual_seed(999)
+    load_optimizer_and_rng(ckpt, opt2, Scorer(lm2), info)
+    assert torch.equal(torch.rand(3), expected_next)  # the RNG continues where the checkpoint left it
+    s1, s2 = opt.state_dict()["state"], opt2.state_dict()["state"]
+    assert s1.keys() == s2.keys()
+    for k in s1:
+        assert torch.equal(s1[k]["exp_avg"], s2[k]["exp_avg"])
+
+
+def test_latest_checkpoint_ignores_incomplete(tmp_path):
+    root = tmp_path / "checkpoints"
+    assert latest_checkpoint(root) is None
+    (root / "step_000001").mkdir(parents=True)
+    (root / "step_000001" / "state.json").write_text('{"step": 1}')
+    (root / "step_000002").mkdir()  # no state.json: a half-written checkpoint
+    assert latest_checkpoint(root).name == "step_000001"
