@@ -276,7 +276,11 @@ def test_faults_end_with_every_trajectory_accounted_for(collect_run, monkeypatch
         assert m["annotate/schema_retries"] == 4
         assert m["annotate/success/trajectories"] + m["annotate/failure/trajectories"] == N
         assert m["usage/prompt_tokens"] > 0 and m["timing_s/latency_p95"] >= m["timing_s/latency_p50"] > 0
-        cost = m["usage/prompt_tokens"] / 1e6 * 0.6 + m["usage/completion_tokens"] / 1e6 * 2.2
+        prices = AnnotateConfig()
+        cost = (
+            m["usage/prompt_tokens"] / 1e6 * prices.price_prompt_per_mtok
+            + m["usage/completion_tokens"] / 1e6 * prices.price_completion_per_mtok
+        )
         assert m["cost/usd_estimate"] == pytest.approx(cost, abs=1e-4)
         assert manifest.config["api_key_env"] == "FAKE_KEY" and m["api_key_env"] == "FAKE_KEY"
         no_secret_in(runs)
