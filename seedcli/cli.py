@@ -184,6 +184,16 @@ def model_init(
     Console().print(f"model written to {path}")
 
 
+# what `seed runs` shows per stage: the figure a researcher looks for first
+_KEY_METRICS = {
+    "collect": ("episodes", "success_rate"),
+    "annotate": ("annotate/kept", "annotate/rejected"),
+    "sft": ("val/loss_before", "val/loss_after"),
+    "rl": ("steps", "final_success_rate", "final_opd_loss"),
+    "eval": ("games", "macro_success", "partial"),
+}
+
+
 @app.command("runs")
 def runs_cmd(
     runs_dir: str = typer.Option("runs", "--runs-dir", help="root of the run directories"),
@@ -199,18 +209,25 @@ def runs_cmd(
         Console().print(f"no runs under {runs_dir}/")
         return
     table = Table(title=f"runs under {runs_dir}/")
-    for col in ("stage", "run", "status", "age", "metrics", "inputs"):
+    table.add_column("stage")
+    table.add_column("run", no_wrap=True)
+    for col in ("status", "age", "key metrics", "inputs"):
         table.add_column(col)
     now = datetime.now(timezone.utc)
+    order = {s: i for i, s in enumerate(_KEY_METRICS)}
+    rows.sort(key=lambda r: (order.get(r[1].stage, 99), r[1].run_id))
     for path, m in rows:
         created = datetime.strptime(m.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
         age_s = (now - created).total_seconds()
         age = f"{age_s / 3600:.1f}h" if age_s > 3600 else f"{age_s / 60:.0f}m"
-        key = {k: v for k, v in m.metrics.items() if isinstance(v, (int, float))}
-        metrics = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(key.items())[:4])
-        lineage = ", ".join(f"{i.stage}/{i.run_id}" for i in m.inputs)
+        shown = [(k.split("/")[-1], m.metrics[k]) for k in _KEY_METRICS.get(m.stage, ()) if k in m.metrics]
+        metrics = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown)
+        lineage = ", ".join(f"{i.stage}/{i.run_id[:16]}" for i in m.inputs)
         table.add_row(m.stage, m.run_id, m.status, age, metrics, lineage)
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # a pipe or log file: no need to squeeze into 80 columns
+    console.print(table)
 
 
 @app.command("env")
@@ -284,6 +301,10 @@ def _normalise_resume(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
+    import os
+
+    # the stages draw their own progress; transformers' per-shard load/save bars only add noise to logs
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     sys.argv[1:] = _normalise_resume(sys.argv[1:])
     app()
 
