@@ -8,11 +8,12 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -69,7 +70,7 @@ class Manifest(BaseModel):
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -270,7 +271,7 @@ def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Ite
         manifest.argv = argv if argv is not None else sys.argv
         run = Run(path, manifest)
     else:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         run_id = f"{stamp}-{chash[:8]}"
         path = stage_dir / run_id
         n = 1

@@ -7,8 +7,10 @@ import inspect
 import json
 import sys
 import typing
+from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -84,7 +86,7 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
                 default=typer.Option(None, flag, help=help_text, show_default=False),
-                annotation=Optional[typ],
+                annotation=typ | None,
             )
         )
     params += [
@@ -92,7 +94,7 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
             "config_file",
             inspect.Parameter.KEYWORD_ONLY,
             default=typer.Option(None, "--config", "-c", help="YAML config or preset name (e.g. tiny, paper_qwen25_3b)"),
-            annotation=Optional[str],
+            annotation=str | None,
         ),
         inspect.Parameter(
             "print_config",
@@ -110,7 +112,7 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
             "overrides",
             inspect.Parameter.KEYWORD_ONLY,
             default=typer.Argument(None, help="key=value config overrides", show_default=False),
-            annotation=Optional[list[str]],
+            annotation=list[str] | None,
         ),
     ]
 
@@ -161,7 +163,7 @@ def model_init(
     out: Path = typer.Option(..., "--out", help="output directory (Hugging Face format)"),
     preset: str = typer.Option("tiny", "--preset", help="tiny (own BPE tokenizer) | tiny-qwen (real Qwen2.5 tokenizer)"),
     seed: int = typer.Option(0, "--seed", help="initialisation seed"),
-    warm_start: Optional[str] = typer.Option(None, "--warm-start", help="expert: behaviour-clone the walkthroughs"),
+    warm_start: str | None = typer.Option(None, "--warm-start", help="expert: behaviour-clone the walkthroughs"),
     games: int = typer.Option(120, "--games", help="training games for --warm-start"),
     epochs: int = typer.Option(3, "--epochs", help="epochs for --warm-start"),
 ) -> None:
@@ -197,10 +199,10 @@ _KEY_METRICS = {
 @app.command("runs")
 def runs_cmd(
     runs_dir: str = typer.Option("runs", "--runs-dir", help="root of the run directories"),
-    stage: Optional[str] = typer.Option(None, "--stage", help="only this stage"),
+    stage: str | None = typer.Option(None, "--stage", help="only this stage"),
 ) -> None:
     """List runs per stage with status, age, key metrics and lineage."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from seedcli.artifacts import list_runs
 
@@ -213,11 +215,11 @@ def runs_cmd(
     table.add_column("run", no_wrap=True)
     for col in ("status", "age", "key metrics", "inputs"):
         table.add_column(col)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     order = {s: i for i, s in enumerate(_KEY_METRICS)}
     rows.sort(key=lambda r: (order.get(r[1].stage, 99), r[1].run_id))
-    for path, m in rows:
-        created = datetime.strptime(m.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    for _path, m in rows:
+        created = datetime.strptime(m.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         age_s = (now - created).total_seconds()
         age = f"{age_s / 3600:.1f}h" if age_s > 3600 else f"{age_s / 60:.0f}m"
         shown = [(k.split("/")[-1], m.metrics[k]) for k in _KEY_METRICS.get(m.stage, ()) if k in m.metrics]
@@ -277,7 +279,7 @@ def plot_cmd(
 @app.command("inspect")
 def inspect_cmd(
     run: Path = typer.Argument(..., help="rl run directory"),
-    step: Optional[int] = typer.Option(None, "--step", help="update to show (default: the latest with samples)"),
+    step: int | None = typer.Option(None, "--step", help="update to show (default: the latest with samples)"),
 ) -> None:
     """Show a sampled episode with its skill and, per response token, ℓ_skill − ℓ_old and the gate, coloured."""
     try:

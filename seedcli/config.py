@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Literal, Type, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 import yaml
@@ -192,7 +192,7 @@ class EvalConfig(RolloutConfig):
     limit: int | None = Field(None, ge=1, description="evaluate only the first N games (the result is marked partial)")
 
 
-STAGE_CONFIGS: dict[str, Type[StageConfig]] = {
+STAGE_CONFIGS: dict[str, type[StageConfig]] = {
     "collect": CollectConfig,
     "annotate": AnnotateConfig,
     "sft": SFTConfig,

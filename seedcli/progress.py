@@ -26,7 +26,7 @@ class StageProgress:
         self._progress: Progress | None = None
         self._task = None
 
-    def __enter__(self) -> "StageProgress":
+    def __enter__(self) -> StageProgress:
         if self.enabled and self.tty:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"),

@@ -7,7 +7,7 @@ old data: bump the version whenever the rendered text changes.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 AGENT_PROMPT_VERSION = "alfworld-agent-v1"
 ANALYSIS_PROMPT_VERSION = "analysis-v1"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, Type, TypeVar
+from typing import TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -108,7 +109,7 @@ class JsonlWriter:
         os.fsync(self._fh.fileno())
         self._fh.close()
 
-    def __enter__(self) -> "JsonlWriter":
+    def __enter__(self) -> JsonlWriter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -136,7 +137,7 @@ def repair_tail(path: Path) -> int:
         return size - new_size
 
 
-def iter_jsonl(path: Path, model: Type[T] | None = None) -> Iterator[T | dict]:
+def iter_jsonl(path: Path, model: type[T] | None = None) -> Iterator[T | dict]:
     """Read records; a malformed line is a one-line UserError naming the file and line."""
     path = Path(path)
     if not path.exists():
@@ -156,7 +157,7 @@ def iter_jsonl(path: Path, model: Type[T] | None = None) -> Iterator[T | dict]:
                 ) from None
 
 
-def read_jsonl(path: Path, model: Type[T] | None = None) -> list[T | dict]:
+def read_jsonl(path: Path, model: type[T] | None = None) -> list[T | dict]:
     return list(iter_jsonl(path, model))
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from seedcli.envs.alfworld import EnvPool, Game, StepResult
 from seedcli.prompts import AGENT_PROMPT_VERSION, format_response, parse_action, render_agent_prompt
@@ -148,7 +149,7 @@ def play_episodes(
             opening.append(_Episode(spec=queue.pop(0), slot=free_slots.pop()))
         if opening:
             results = pool.reset_many([(ep.slot, ep.spec.game) for ep in opening])
-            for ep, res in zip(opening, results):
+            for ep, res in zip(opening, results, strict=True):
                 ep.last = res
                 ep.task = res.task
             active.extend(opening)
@@ -162,7 +163,7 @@ def play_episodes(
         generated = policy.act(prompts, active, call)
         call += 1
         actions = []
-        for ep, prompt, gen in zip(active, prompts, generated):
+        for ep, prompt, gen in zip(active, prompts, generated, strict=True):
             action, valid = parse_action(gen.text)
             ep.turns.append(
                 Turn(
@@ -183,7 +184,7 @@ def play_episodes(
         results = pool.step_many(actions)
 
         still = []
-        for ep, res, (_, action) in zip(active, results, actions):
+        for ep, res, (_, action) in zip(active, results, actions, strict=True):
             ep.history.append((ep.last.observation, action))
             ep.last = res
             if res.won or res.done or len(ep.turns) >= settings.max_steps:
