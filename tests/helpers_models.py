@@ -1,4 +1,5 @@
-"""Tiny models for engine tests: the tiny preset, a variant that ends its turns early, and perturbed weights."""
+"""Tiny models for tests: the tiny preset, a variant that ends its turns early, perturbed weights, and a bare
+random Qwen2 for the pure loss and scoring tests."""
 
 from __future__ import annotations
 
@@ -61,3 +62,15 @@ def perturbed_state_dict(model_dir: Path, scale: float = 0.05, seed: int = 1) ->
     if model.config.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     return state
+
+
+def tiny_lm(seed: int = 0, vocab: int = 97, max_positions: int = 128, tie: bool = True):
+    """A random two-layer Qwen2ForCausalLM (hidden 32) in fp32 and eval mode; no tokenizer, no files."""
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.Qwen2Config(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=max_positions, tie_word_embeddings=tie,
+    )  # fmt: skip
+    return transformers.Qwen2ForCausalLM(config).float().eval()

@@ -9,25 +9,14 @@ from seedcli.rl.logprobs import chunked_entropy, pack_by_length, selective_log_s
 torch.set_num_threads(1)
 
 transformers = pytest.importorskip("transformers")
+from tests.helpers_models import tiny_lm  # noqa: E402
 
 VOCAB = 300
 
 
 @pytest.fixture(scope="module")
 def tiny_qwen():
-    torch.manual_seed(0)
-    config = transformers.Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    model = transformers.Qwen2ForCausalLM(config).float()
-    model.eval()  # no dropout, so two forward passes agree
+    model = tiny_lm(0, vocab=VOCAB, max_positions=64, tie=False)  # eval mode: two forward passes agree
     return model
 
 

@@ -22,6 +22,7 @@ from seedcli.rl.trainer import (
     save_checkpoint,
     train_update,
 )
+from tests.helpers_models import tiny_lm as helpers_tiny_lm
 
 torch.set_num_threads(1)
 transformers = pytest.importorskip("transformers")
@@ -30,12 +31,7 @@ VOCAB = 97
 
 
 def tiny_lm(seed: int = 0):
-    torch.manual_seed(seed)
-    config = transformers.Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
-    )  # fmt: skip
-    return transformers.Qwen2ForCausalLM(config).float()
+    return helpers_tiny_lm(seed, vocab=VOCAB)
 
 
 def make_samples(n: int = 6, seed: int = 0, skill_every: int = 2) -> list[TurnSample]:
