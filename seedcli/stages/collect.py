@@ -72,6 +72,44 @@ def read_done(path: Path) -> dict[str, Trajectory]:
     return done
 
 
+def play_to_file(
+    label: str,
+    specs: list[EpisodeSpec],
+    policy,
+    cfg: RolloutConfig,
+    meta: dict,
+    out: Path,
+    expert: bool = False,
+) -> tuple[list[Trajectory], int]:
+    """Play the episodes of `specs` not yet in `out`, appending each to it as it finishes (so a killed run resumes
+    where it stopped). Returns every episode in the order it finished (those already on disk first) and how
+    many were already on disk. Shared by collect and eval."""
+    done = read_done(out)
+    todo = [s for s in specs if s.episode_id not in done]
+    episodes = [done[s.episode_id] for s in specs if s.episode_id in done]
+    settings = settings_from(cfg)
+    t0 = time.time()
+    wins = sum(e.won for e in episodes)
+    steps = 0
+    with (
+        EnvPool(cfg.workers, expert=expert) as pool,
+        JsonlWriter(out) as writer,
+        StageProgress(label, len(specs)) as progress,
+    ):
+        progress.advance(len(episodes))
+
+        def on_done(traj: Trajectory) -> None:
+            nonlocal wins, steps
+            writer.write(traj)
+            episodes.append(traj)
+            wins += traj.won
+            steps += traj.length
+            progress.advance(1, success=wins / len(episodes), steps_per_s=steps / max(time.time() - t0, 1e-9))
+
+        play_episodes(todo, policy, pool, settings, meta, on_done, cfg.gen_batch)
+    return episodes, len(done)
+
+
 def run(cfg: CollectConfig) -> Manifest:
     root = resolve_data_root(cfg.data_root)
     split = resolve_split(cfg.split)
@@ -83,35 +121,11 @@ def run(cfg: CollectConfig) -> Manifest:
         for r in range(cfg.rollouts)
     ]
     with open_run("collect", cfg) as run:
-        out = run.file("trajectories.jsonl")
-        done = read_done(out)
-        todo = [s for s in specs if s.episode_id not in done]
         engine, meta = load_policy_engine(cfg, model_dir)
-        settings = settings_from(cfg)
         t0 = time.time()
-        episodes = list(done.values())
-        steps = 0
         try:
-            with (
-                EnvPool(cfg.workers) as pool,
-                JsonlWriter(out) as writer,
-                StageProgress("collect", len(specs)) as progress,
-            ):
-                progress.advance(len(done))
-
-                def on_done(traj: Trajectory) -> None:
-                    nonlocal steps
-                    writer.write(traj)
-                    episodes.append(traj)
-                    steps += traj.length
-                    wins = sum(e.won for e in episodes)
-                    progress.advance(
-                        1, success=wins / len(episodes), steps_per_s=steps / max(time.time() - t0, 1e-9)
-                    )
-
-                play_episodes(
-                    todo, ModelPolicy(engine, settings, cfg.gen_batch), pool, settings, meta, on_done, cfg.gen_batch
-                )
+            policy = ModelPolicy(engine, settings_from(cfg), cfg.gen_batch)
+            episodes, resumed = play_to_file("collect", specs, policy, cfg, meta, run.file("trajectories.jsonl"))
         finally:
             engine.close()
         metrics = episode_metrics(episodes)
@@ -119,7 +133,7 @@ def run(cfg: CollectConfig) -> Manifest:
             games=len(games),
             rollouts=cfg.rollouts,
             split=split,
-            resumed_episodes=len(done),
+            resumed_episodes=resumed,
             wall_time_s=round(time.time() - t0, 2),
             model_hash=meta["model_hash"],
             prompt_version=episodes[0].prompt_version if episodes else None,

@@ -17,12 +17,10 @@ from pathlib import Path
 
 from seedcli.artifacts import Manifest, open_run, read_manifest, verify_run
 from seedcli.config import EvalConfig
-from seedcli.envs.alfworld import EnvPool, list_games, resolve_data_root, resolve_split, select_games
+from seedcli.envs.alfworld import list_games, resolve_data_root, resolve_split, select_games
 from seedcli.errors import UserError
-from seedcli.progress import StageProgress
-from seedcli.records import JsonlWriter, Trajectory
-from seedcli.rollout import EpisodeSpec, ExpertPolicy, ModelPolicy, RandomPolicy, play_episodes
-from seedcli.stages.collect import check_model_dir, load_policy_engine, read_done, settings_from
+from seedcli.rollout import EpisodeSpec, ExpertPolicy, ModelPolicy, RandomPolicy
+from seedcli.stages.collect import check_model_dir, load_policy_engine, play_to_file, settings_from
 
 
 def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | None]:
@@ -80,9 +78,6 @@ def run(cfg: EvalConfig) -> Manifest:
     with open_run("eval", cfg) as run:
         if source is not None:
             run.add_input(source[0], source[1], source[2])
-        out = run.file("episodes.jsonl")
-        done = read_done(out)
-        todo = [s for s in specs if s.episode_id not in done]
         engine = None
         if cfg.policy == "model":
             engine, meta = load_policy_engine(cfg, model_dir)
@@ -93,21 +88,10 @@ def run(cfg: EvalConfig) -> Manifest:
             policy = ExpertPolicy() if cfg.policy == "expert" else RandomPolicy(cfg.seed)
             desc = f"{cfg.policy} policy"
         t0 = time.time()
-        episodes = [done[s.episode_id] for s in specs if s.episode_id in done]
         try:
-            with (
-                EnvPool(cfg.workers, expert=cfg.policy == "expert") as pool,
-                JsonlWriter(out) as writer,
-                StageProgress(f"eval {cfg.split}", len(specs)) as progress,
-            ):
-                progress.advance(len(done))
-
-                def on_done(traj: Trajectory) -> None:
-                    writer.write(traj)
-                    episodes.append(traj)
-                    progress.advance(1, success=sum(e.won for e in episodes) / len(episodes))
-
-                play_episodes(todo, policy, pool, settings, meta, on_done, cfg.gen_batch)
+            episodes, _ = play_to_file(
+                f"eval {cfg.split}", specs, policy, cfg, meta, run.file("episodes.jsonl"), expert=cfg.policy == "expert"
+            )
         finally:
             if engine is not None:
                 engine.close()
