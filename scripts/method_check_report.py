@@ -74,6 +74,21 @@ def _se(wins: int, n: int) -> float:
     return math.sqrt(p * (1 - p) / n) if n else float("nan")
 
 
+def _delta_hist(deltas: list[float], path: Path, title: str, color: str, log: bool = False) -> Path:
+    """Histogram of per-token Δ = ℓ_skill − ℓ_old with a line at 0."""
+    fig = _new_figure(7, 3.5)
+    ax = fig.add_subplot()
+    ax.hist(deltas, bins=60, color=color, alpha=0.85)
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("Δ = ℓ_skill − ℓ_old (nats)")
+    ax.set_ylabel("response tokens (log)" if log else "response tokens")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    return _save_png(fig, path)
+
+
 def stage1_shift(runs: Path, episodes: int = 8) -> Path:
     """Score shift of the same sampled tokens under ordinary and skill contexts, on Stage-1 data: the collect run's
     episodes (sampled by the warm-started policy), each with the skill the Stage-1 analyzer wrote for it, re-scored
@@ -432,15 +447,12 @@ class Doc:
                 f"median {median(gates):.3f}.",
                 "",
             )
-            fig = _new_figure(7, 3.5)
-            ax = fig.add_subplot()
-            ax.hist(deltas, bins=60, color="tab:orange", alpha=0.85)
-            ax.axvline(0.0, color="black", linewidth=0.8)
-            ax.set_xlabel("Δ = ℓ_skill − ℓ_old (nats)")
-            ax.set_ylabel("response tokens")
-            ax.set_title("Score shift of the sampled tokens under the skill context (SEED, logged episodes)")
-            ax.grid(alpha=0.3)
-            path = _save_png(fig, self.fig_dir / "delta_hist.png")
+            path = _delta_hist(
+                deltas,
+                self.fig_dir / "delta_hist.png",
+                "Score shift of the sampled tokens under the skill context (SEED, logged episodes)",
+                "tab:orange",
+            )
             self.add(f"![Δ distribution]({self.rel(path)})", "")
             with_skill = [r for r in samples if r.get("skill") and any(t.get("shift") for t in r.get("turns", []))]
             # the inspected episode: a won one with a skill if there is one, else the latest with a skill
@@ -478,16 +490,13 @@ class Doc:
             f"Computed in {_dur(data['seconds'])}.",
             "",
         )
-        fig = _new_figure(7, 3.5)
-        ax = fig.add_subplot()
-        ax.hist(deltas, bins=60, color="tab:green", alpha=0.85)
-        ax.axvline(0.0, color="black", linewidth=0.8)
-        ax.set_yscale("log")
-        ax.set_xlabel("Δ = ℓ_skill − ℓ_old (nats)")
-        ax.set_ylabel("response tokens (log)")
-        ax.set_title("Stage-1 episodes: score shift under the analyzer's skill")
-        ax.grid(alpha=0.3)
-        fig_path = _save_png(fig, self.fig_dir / "stage1_delta_hist.png")
+        fig_path = _delta_hist(
+            deltas,
+            self.fig_dir / "stage1_delta_hist.png",
+            "Stage-1 episodes: score shift under the analyzer's skill",
+            "tab:green",
+            log=True,
+        )
         self.add(f"![Stage-1 Δ distribution]({self.rel(fig_path)})", "")
         self.stage1_episode = next((e for e in eps if e["won"]), eps[0])
 
