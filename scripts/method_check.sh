@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU method check (issue 7): warm-started tiny agent → Stage 1 (collect → annotate → sft) → GRPO and SEED from the
 # same checkpoint and seed → eval seen/unseen → docs/method-check.md regenerated from the run directories.
-#   make method-check                          # the whole check, fresh runs (about an hour on two idle cores)
+#   make method-check                          # the whole check, fresh runs, PARALLEL=1 (about an hour on two idle cores)
 #   PARALLEL=1 bash scripts/method_check.sh    # independent steps (the two RL runs, seen/unseen evals) side by side
 #   REPORT_ONLY=1 bash scripts/method_check.sh # only regenerate the document from the last run
 #   WARM_FROM=DIR bash scripts/method_check.sh  # reuse a model trained by `seed model init --warm-start expert`
@@ -104,7 +104,9 @@ PYEOF
     [ -f "$WARM_FROM/warmstart.json" ] || { echo "WARM_FROM=$WARM_FROM has no warmstart.json" >&2; exit 2; }
     record warmstart_reused cp -r "$WARM_FROM" "$MODEL"
   else
-    record warmstart seed model init --preset tiny --out "$MODEL" --seed "$SEED" --warm-start expert --games "$GAMES" --epochs "$EPOCHS"
+    # nothing else runs during the warm start: two threads train it ~1.8x faster than one
+    record warmstart env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 \
+      seed model init --preset tiny --out "$MODEL" --seed "$SEED" --warm-start expert --games "$GAMES" --epochs "$EPOCHS"
   fi
   pair eval_warm_seen seed eval -c "$CONFIG" --runs-dir "$RUNS" --model "$MODEL" --split seen --json \
     -- eval_warm_unseen seed eval -c "$CONFIG" --runs-dir "$RUNS" --model "$MODEL" --split unseen --json

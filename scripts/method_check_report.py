@@ -189,7 +189,8 @@ class Doc:
             "The reproduction guide's *method smoke test*: show the trajectory → hindsight skill → token-level OPD → "
             "policy-update chain working on real ALFWorld games, and the score shift of the same sampled actions "
             "under ordinary and skill contexts. A tiny model (built in code, no model hub) is first behaviour-cloned "
-            "on the games' expert walkthroughs so that it wins some games and the RL rewards are not all zero. "
+            "on ALFWorld's searching expert (and taught to write skill JSON) so that it wins some games, the RL "
+            "rewards are not all zero and its self-analyzer can answer. "
             "This is a mechanism check: model, data and number of updates are far from the paper's, so no number "
             "here is comparable with the paper's tables.",
             "",
@@ -235,18 +236,36 @@ class Doc:
 
     def warm_start(self) -> None:
         w = self.warm
-        self.add("## 1. Warm start (behaviour cloning of the expert walkthroughs)", "")
+        self.add("## 1. Warm start (behaviour cloning of the searching expert, plus skill writing)", "")
         if not w:
             self.add("The warm start did not finish: no warmstart.json.", "")
             return
         shape = w["shape"]
+        noise = w.get("noise")
         self.add(
-            "`seed model init --preset tiny --warm-start expert` lets ALFWorld's expert play the training games "
-            "through the same rollout loop as `seed collect`, so every demonstration is the exact agent prompt of "
-            "that state; the response is a one-sentence template thought plus the walkthrough action. The model "
-            f"learns next-token NLL on the response tokens, plus weight {w['prompt_weight']:g} on the prompt tokens "
-            "(it starts from random weights and must learn the game's language to copy an admissible action out "
-            "of the prompt).",
+            "`seed model init --preset tiny --warm-start expert` lets ALFWorld's hand-coded expert play the "
+            "training games from the first step, through the same rollout loop as `seed collect`, so every "
+            "demonstration is the exact agent prompt of that state. This expert does not know where anything is: it "
+            "searches the receptacles where the object class can be, so what it does depends only on what the agent "
+            "sees (a clone of the stored walkthroughs memorises where the object was in its own game)."
+            + (
+                f" With probability {noise:g} a turn plays a random admissible action instead; every turn is "
+                "labelled with the expert's action *at that state*, so the clone also learns to recover."
+                if noise
+                else ""
+            )
+            + " The response is a short template thought (whether the agent holds the task's object, sees it "
+            'here or is still looking for it: "I see the tomato here.") plus that action. '
+            + (
+                f"{w['skill_examples']} skill-writing examples join them: the analysis prompt that `--analyzer self` "
+                f"renders for a demonstration episode (at most {w['analysis_max_chars']} characters) → the `rules` "
+                "analyzer's JSON skill for it, so the policy can write skills about its own episodes. "
+                if w.get("skill_examples")
+                else ""
+            )
+            + f"The model learns next-token NLL on the response tokens, plus weight {w['prompt_weight']:g} on the "
+            "prompt tokens (it starts from random weights and must learn the game's language to copy an admissible "
+            "action out of the prompt).",
             "",
             "| | |",
             "|---|---|",
@@ -254,7 +273,9 @@ class Doc:
             f"{shape['num_attention_heads']}/{shape['num_key_value_heads']} heads, MLP {shape['intermediate_size']}, "
             f"byte-level BPE vocabulary {shape['vocab_size']}: {w['parameters'] / 1e6:.2f}M parameters |",
             f"| Demonstrations | {w['games']} training games (expert won {w['games_won_by_expert']}), "
-            f"{w['turns']} turns, {w['response_tokens']} response tokens |",
+            f"{w['turns']} acting turns from the won games"
+            + (f", {w['skill_examples']} skill-writing examples" if w.get("skill_examples") else "")
+            + f", {w['response_tokens']} response tokens |",
             f"| Prompt length | mean {w['prompt_tokens_mean']:.0f}, max {w['prompt_tokens_max']} tokens "
             f"(history {w['history']}) |",
             f"| Training | {w['epochs']} epoch(s), AdamW lr {w['lr']:g} (warm-up, cosine), {w['batch_tokens']} tokens "
@@ -267,8 +288,14 @@ class Doc:
             f"| Greedy check on {w['check']['turns']} demonstration prompts | well-formed "
             f"{_pct(w['check']['valid_rate'])}, admissible {_pct(w['check']['admissible_rate'])}, "
             f"the expert's own action {_pct(w['check']['expert_action_rate'])} |",
-            "",
         )
+        sc = w.get("skill_check")
+        if sc:
+            self.add(
+                f"| Greedy skill JSON for {sc['episodes']} held-out demonstration episodes | parseable and kept by "
+                f"rl's parser: {sc['kept']}/{sc['episodes']} |"
+            )
+        self.add("")
         curve = w.get("curve") or []
         if curve:
             fig = _new_figure(7, 3.5)
@@ -294,6 +321,11 @@ class Doc:
             for ex in examples:
                 self.add(f"- `{ex['expert']}` → `{ex['model'].replace(chr(10), ' ')}`")
             self.add("")
+        skill_examples = (w.get("skill_check") or {}).get("examples") or []
+        if skill_examples:
+            self.add("Greedy skill JSON on a held-out episode's analysis prompt:", "")
+            ex = skill_examples[0]
+            self.add(f"- kept: {'yes' if ex['kept'] else 'no'}: `{ex['model'][:400].replace(chr(10), ' ')}`", "")
 
     def stage1(self) -> None:
         self.add("## 2. Stage 1: collect → annotate → sft", "")

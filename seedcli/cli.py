@@ -163,9 +163,12 @@ def model_init(
     out: Path = typer.Option(..., "--out", help="output directory (Hugging Face format)"),
     preset: str = typer.Option("tiny", "--preset", help="tiny (own BPE tokenizer) | tiny-qwen (real Qwen2.5 tokenizer)"),
     seed: int = typer.Option(0, "--seed", help="initialisation seed"),
-    warm_start: str | None = typer.Option(None, "--warm-start", help="expert: behaviour-clone the walkthroughs"),
-    games: int = typer.Option(120, "--games", help="training games for --warm-start"),
-    epochs: int = typer.Option(3, "--epochs", help="epochs for --warm-start"),
+    warm_start: str | None = typer.Option(
+        None, "--warm-start", help="expert: behaviour-clone ALFWorld's searching expert (+ skill writing)"
+    ),
+    games: int = typer.Option(240, "--games", help="training games for --warm-start (ALFWorld's train split)"),
+    epochs: int = typer.Option(4, "--epochs", help="epochs for --warm-start"),
+    noise: float = typer.Option(0.2, "--noise", min=0.0, max=0.9, help="--warm-start: share of random turns"),
 ) -> None:
     """Build a small model in code (random weights, offline tokenizer) — no model hub needed."""
     try:
@@ -180,7 +183,7 @@ def model_init(
                 raise UserError(f"unknown --warm-start '{warm_start}'; use expert")
             from seedcli.stages.warmstart import warm_start as run_warm_start
 
-            run_warm_start(path, games=games, epochs=epochs, seed=seed)
+            run_warm_start(path, games=games, epochs=epochs, seed=seed, noise=noise)
     except UserError as exc:
         raise fail(str(exc)) from None
     Console().print(f"model written to {path}")

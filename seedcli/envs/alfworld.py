@@ -13,6 +13,11 @@ over to ALFWorld's hand-coded expert, which has watched every step: cheap, but n
 actions it recovers in 96 of 134 unseen games within 30 steps; pick_two is its weak spot). Fast Downward's optimal
 planner always recovers but needs 0.1-40 s per plan on kitchen games, so it is not used.
 
+`expert="search"` skips the walkthrough: the hand-coded expert plays from the first step. It knows where nothing is
+and searches the room (receptacles where the object class can be, opening closed ones), so its behaviour depends only
+on what the agent can see: that is what `seed model init --warm-start expert` clones (a clone of the walkthrough
+walks to where the object was in *its* game, and wins none of the others).
+
 This module never imports torch; textworld and alfworld are imported lazily, after ALFWORLD_DATA is set.
 """
 
@@ -306,11 +311,18 @@ def _install_speedups() -> None:
     Rule.parse_conjunctive_query = classmethod(parse_conjunctive_query)
 
 
+# expert=False: no expert; True or "walkthrough": the stored walkthrough, hand-coded fallback; "search": hand-coded only
+EXPERT_MODES = (False, True, "walkthrough", "search")
+
+
 class AlfWorldGame:
     """One ALFWorld game played in this process; one TextWorld environment is reused across resets."""
 
-    def __init__(self, expert: bool = False, data_root: str | os.PathLike | None = None):
-        self.expert = expert
+    def __init__(self, expert: bool | str = False, data_root: str | os.PathLike | None = None):
+        if expert not in EXPERT_MODES:
+            raise ValueError(f"expert must be one of {sorted(map(str, EXPERT_MODES))}, got {expert!r}")
+        self.expert = bool(expert)
+        self.search_only = expert == "search"
         self.data_root = data_root
         self._env = None
         self._path: Path | None = None
@@ -352,9 +364,11 @@ class AlfWorldGame:
         m = _TASK_RE.search(observation)
         self._task = m.group(1).strip() if m else ""
         if self.expert:
-            self._walkthrough = [str(a) for a in (self._env.unwrapped.walkthrough or [])]
-            self._on_track, self._wt_index = True, 0
+            self._walkthrough = [] if self.search_only else [str(a) for a in (self._env.unwrapped.walkthrough or [])]
+            self._on_track, self._wt_index = not self.search_only, 0
             self._start_handcoded(path, feedback)
+            if self.search_only:
+                self._step_handcoded(state, "look")  # its first move (it is otherwise asked after each step)
         return self._result(state, observation)
 
     def step(self, action: str) -> StepResult:
@@ -440,7 +454,7 @@ class AlfWorldGame:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _worker_main(fd: int, expert: bool) -> None:
+def _worker_main(fd: int, expert: bool | str) -> None:
     """Worker loop: serve ("reset", [(slot, path)]) / ("step", [(slot, action)]) / ("close",) over connection `fd`."""
     from multiprocessing.connection import Connection
 
@@ -482,7 +496,7 @@ def _worker_main(fd: int, expert: bool) -> None:
 
 
 class _Worker:
-    def __init__(self, index: int, expert: bool, data_root: Path):
+    def __init__(self, index: int, expert: bool | str, data_root: Path):
         import multiprocessing
 
         self.index = index
@@ -531,7 +545,7 @@ class EnvPool:
     def __init__(
         self,
         workers: int,
-        expert: bool = False,
+        expert: bool | str = False,
         data_root: str | os.PathLike | None = None,
         timeout_s: float = 300.0,
     ):

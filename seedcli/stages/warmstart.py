@@ -1,17 +1,29 @@
-"""Warm start: behaviour-clone ALFWorld's expert walkthroughs into a tiny model, so that on CPU some games are won
-and GRPO / SEED get non-zero rewards to learn from (a random tiny model wins nothing).
+"""Warm start: behaviour-clone ALFWorld's searching expert into a tiny model, so that on CPU some games are won and
+GRPO / SEED get non-zero rewards to learn from (a random tiny model wins nothing).
 
-    seed model init --preset tiny --out runs/models/agent --warm-start expert --games 120 --epochs 8
+    seed model init --preset tiny --out runs/models/agent --warm-start expert --games 240 --epochs 3
 
-The expert plays `games` training games through the same rollout loop as `seed collect` (EnvPool(expert=True),
-ExpertPolicy, play_episodes), so every demonstration turn is exactly the prompt collect would render for that state;
-its response is `format_response(<short template think>, <walkthrough action>)`. The model is trained with
-next-token NLL on the response tokens (+ <|im_end|>) plus a down-weighted NLL on the prompt tokens (a model from
-random weights has to learn the game's language before it can copy an admissible action out of the prompt), saved
-in place (Hugging Face format); `warmstart.json` beside it records games, epochs, the loss curve, a greedy check and
-the wall time. The tiny preset's default shape is replaced by AGENT_SHAPE (see `warm_start(shape=...)`).
+The demonstrator is ALFWorld's hand-coded expert playing from the first step (EnvPool(expert="search")): it does not
+know where anything is and searches the receptacles where the object class can be, so its choices depend only on
+what the agent sees. (A clone of the stored walkthroughs walks to where the object was in its own game: it won 37.5%
+of its training episodes and 0 of 140 seen games.) With probability `noise` a turn executes a random admissible
+action instead (DART-style noise injection); every turn is labelled with the expert's action *at that state*, so the
+clone also sees how to recover from states the expert alone never visits.
 
-Expert demonstrations are cached (`$SEEDCLI_CACHE`, default ~/.cache/seedcli/expert-demos/): resets cost 1-5 s a game.
+Two kinds of examples, both rendered exactly as the rollout engines render them:
+- acting: the agent prompt collect would show for that state → `format_response(<short template think>, <label>)`,
+  from the episodes the expert won;
+- skill writing: the analysis prompt of each demonstration episode (the prompt `--analyzer self` renders in rl,
+  `analysis_max_chars` as there) → the `rules` analyzer's JSON for it, so the policy can write a parseable skill
+  about its own episodes (SEED's self-analyzer) before Stage 1's SFT.
+
+The model is trained with next-token NLL on the response tokens (+ <|im_end|>) plus a down-weighted NLL on the prompt
+tokens (a model from random weights has to learn the game's language before it can copy an admissible action out of
+the prompt), saved in place (Hugging Face format); `warmstart.json` beside it records games, epochs, the loss curve,
+greedy checks (acting and skill writing) and the wall time. The tiny preset's default shape is replaced by
+AGENT_SHAPE (see `warm_start(shape=...)`).
+
+Demonstrations are cached (`$SEEDCLI_CACHE`, default ~/.cache/seedcli/expert-demos/): resets cost 1-5 s a game.
 """
 
 from __future__ import annotations
@@ -21,15 +33,18 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from seedcli.envs.alfworld import EnvPool, list_games, resolve_data_root, select_games
-from seedcli.prompts import AGENT_PROMPT_VERSION
+from seedcli.prompts import AGENT_PROMPT_VERSION, ANALYSIS_PROMPT_VERSION, format_response
 from seedcli.records import JsonlWriter, Trajectory, iter_jsonl
-from seedcli.rollout import EpisodeSpec, ExpertPolicy, RolloutSettings, play_episodes
+from seedcli.rollout import EpisodeSpec, Generated, RolloutSettings, _derive_seed, play_episodes
 
 # The model shape `seed model init --preset tiny --warm-start expert` trains (Qwen2Config fields for
 # build_tiny_model): 1.3M parameters with the ALFWorld BPE. On two shared CPU cores (one thread each: two threads
@@ -60,27 +75,98 @@ def _log(msg: str) -> None:
 # ----------------------------------------------------------------------------------------------- demonstrations
 
 
+THINK = "I follow the expert plan."  # the think of a demonstration turn whose task names no object
+
+
+def demo_thinks(traj: Trajectory) -> list[str]:
+    """A short template thought per turn that spells out the one fact the action hinges on: whether the agent holds
+    the task's object, sees it here, or is still looking for it ("I see the tomato here."). It is computed from what
+    the prompt shows (the task line, the current observation, the pick-up/put messages), so a model can learn to
+    write it; once written, the object's name sits right before the action (a 1.3M-parameter clone with a constant
+    thought walked past the tomato it was looking for)."""
+    from seedcli.analyzers.rules import parse_goal
+
+    obj = parse_goal(traj.task).obj
+    if not obj:
+        return [THINK] * len(traj.turns)
+    seen = re.compile(rf"\b{re.escape(obj)} \d+\b")
+    picked = re.compile(rf"^You pick up the {re.escape(obj)} \d+\b")
+    placed = re.compile(rf"^You (?:move|put) the {re.escape(obj)} \d+\b")
+    holding, out = False, []
+    for turn in traj.turns:
+        if picked.match(turn.observation):
+            holding = True
+        elif placed.match(turn.observation):
+            holding = False
+        if holding:
+            out.append(f"I have the {obj}.")
+        elif seen.search(turn.observation):
+            out.append(f"I see the {obj} here.")
+        else:
+            out.append(f"I look for the {obj}.")
+    return out
+
+
+DEMO_VERSION = "search-noise-v1"  # (the thoughts are added when examples are built: not part of the key)  # bump when the demonstrator changes (part of the cache key)
+
+
+class DemoEpisode(BaseModel):
+    """One demonstration episode: what was played, and the expert's action at each turn's state (None: silent)."""
+
+    trajectory: Trajectory
+    labels: list[str | None]
+
+
+class NoisyExpertPolicy:
+    """The searching expert, except that with probability `noise` a turn plays a random admissible action instead
+    (never the first turn). `labels[episode_id]` collects the expert's action at every state, played or not."""
+
+    name = "expert"
+
+    def __init__(self, noise: float, seed: int):
+        self.noise = noise
+        self.seed = seed
+        self.labels: dict[str, list[str | None]] = {}
+
+    def act(self, prompts, episodes, call: int) -> list:
+        out = []
+        for ep in episodes:
+            expert = ep.last.expert_action if ep.last else None
+            labels = self.labels.setdefault(ep.spec.episode_id, [])
+            labels.append(expert)
+            action = expert or "look"
+            rng = random.Random(_derive_seed(self.seed, "noise", ep.spec.episode_id, len(ep.turns)))
+            choices = [a for a in (ep.last.admissible if ep.last else []) if a != action]
+            if ep.turns and choices and rng.random() < self.noise:
+                action = rng.choice(choices)
+            out.append(Generated(format_response(THINK, action)))
+        return out
+
+
 def expert_demonstrations(
     games: int,
     seed: int = 0,
     *,
-    max_steps: int = 30,
+    noise: float = 0.2,
+    max_steps: int = 40,
     history: int = 5,
     workers: int = 2,
     data_root: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
-) -> tuple[list[Trajectory], Path]:
-    """The expert's episodes on `games` type-balanced training games (the same selection rule as collect), played
-    through play_episodes; cached by (games, seed, max_steps, history, prompt version, data root). Returns
-    (trajectories in game order, cache file)."""
+) -> tuple[list[DemoEpisode], Path]:
+    """The searching expert's episodes (with `noise`) on `games` type-balanced training games (the same selection
+    rule as collect), played through play_episodes; cached by (games, seed, noise, max_steps, history, prompt version,
+    data root). Returns (episodes in game order, cache file)."""
     root = resolve_data_root(data_root)
     chosen = select_games(list_games(root, "train"), games, seed)
     key_src = json.dumps(
         {
             "games": [g.game_file for g in chosen],
+            "noise": noise,
             "max_steps": max_steps,
             "history": history,
             "prompt": AGENT_PROMPT_VERSION,
+            "demo": DEMO_VERSION,
             "root": str(root),
         },
         sort_keys=True,
@@ -90,46 +176,91 @@ def expert_demonstrations(
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"train-{len(chosen)}g-s{seed}-{key}.jsonl"
 
-    done: dict[str, Trajectory] = {}
+    done: dict[str, DemoEpisode] = {}
     if path.exists():
-        for t in iter_jsonl(path, Trajectory):
-            done[t.episode_id] = t
+        for d in iter_jsonl(path, DemoEpisode):
+            done[d.trajectory.episode_id] = d
     specs = [EpisodeSpec(episode_id=f"g{i:04d}", group_id=f"g{i:04d}", game=g) for i, g in enumerate(chosen)]
     todo = [s for s in specs if s.episode_id not in done]
     if todo:
-        _log(f"expert plays {len(todo)} of {len(specs)} training games (cache: {path})")
+        _log(f"the searching expert plays {len(todo)} of {len(specs)} training games (noise {noise}; cache: {path})")
         settings = RolloutSettings(max_steps=max_steps, history=history, temperature=0.0, max_new_tokens=1, seed=seed)
-        meta = {"engine": "none", "model_id": "expert", "model_hash": "", "policy": "expert"}
+        meta = {"engine": "none", "model_id": "expert-search", "model_hash": "", "policy": "expert"}
+        policy = NoisyExpertPolicy(noise, seed)
         t0 = time.time()
-        with EnvPool(workers, expert=True, data_root=root) as pool, JsonlWriter(path) as writer:
+        with EnvPool(workers, expert="search", data_root=root) as pool, JsonlWriter(path) as writer:
 
             def on_done(traj: Trajectory) -> None:
-                writer.write(traj)
-                done[traj.episode_id] = traj
+                labels = policy.labels.pop(traj.episode_id)[: len(traj.turns)]
+                demo = DemoEpisode(trajectory=traj, labels=labels)
+                writer.write(demo)
+                done[traj.episode_id] = demo
                 n = len(done)
-                if n % 10 == 0 or n == len(specs):
-                    _log(f"  {n}/{len(specs)} expert episodes ({time.time() - t0:.0f}s)")
+                if n % 20 == 0 or n == len(specs):
+                    won = sum(d.trajectory.won for d in done.values())
+                    _log(f"  {n}/{len(specs)} expert episodes, {won} won ({time.time() - t0:.0f}s)")
 
-            play_episodes(todo, ExpertPolicy(), pool, settings, meta, on_done, max_active=max(2 * max(workers, 1), 4))
+            play_episodes(todo, policy, pool, settings, meta, on_done, max_active=max(2 * max(workers, 1), 4))
     return [done[s.episode_id] for s in specs], path
 
 
 # ----------------------------------------------------------------------------------------------- training data
 
 
-def demo_examples(trajectories: list[Trajectory], tokenizer) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, response ids) per expert turn: the prompt rendered with the chat template exactly as the rollout
-    engines render it; the response ends with <|im_end|>, as a generated turn that stopped does."""
+def demo_examples(demos: list[DemoEpisode], tokenizer) -> list[tuple[list[int], list[int]]]:
+    """Acting examples: (prompt ids, response ids) for every labelled turn of the episodes the expert won, the prompt
+    rendered with the chat template exactly as the rollout engines render it; the response is demo_thinks' thought
+    and the expert's action at that state, and ends with <|im_end|>, as a generated turn that stopped does."""
     from seedcli.engines.base import render_chat, stop_token_ids
 
     eos = stop_token_ids(tokenizer)[0]
     out = []
-    for traj in trajectories:
-        for turn in traj.turns:
+    for demo in demos:
+        if not demo.trajectory.won:
+            continue
+        thinks = demo_thinks(demo.trajectory)
+        for turn, label, think in zip(demo.trajectory.turns, demo.labels, thinks, strict=False):
+            if not _usable(label, turn):
+                continue
             prompt = render_chat(tokenizer, [{"role": "user", "content": turn.prompt}])
-            response = tokenizer.encode(turn.response, add_special_tokens=False) + [eos]
+            response = tokenizer.encode(format_response(think, label), add_special_tokens=False) + [eos]
             out.append((prompt, response))
     return out
+
+
+def _usable(label: str | None, turn) -> bool:
+    """A label worth cloning: admissible, and not the env's "look" placeholder for a silent expert (the hand-coded
+    expert never says "look"; it goes quiet after its own plan fails)."""
+    return bool(label) and label != "look" and label in turn.admissible
+
+
+def analysis_example_texts(demos: list[DemoEpisode], max_chars: int) -> list[tuple[str, str]]:
+    """Skill-writing examples: (analysis prompt, the rules analyzer's JSON) per demonstration episode, won or lost;
+    the prompt is the one rl's self-analyzer renders (`render_analysis_prompt(..., max_chars)`)."""
+    from seedcli.analyzers.rules import rules_skill
+    from seedcli.prompts import analysis_turns, render_analysis_prompt
+
+    out = []
+    for demo in demos:
+        traj = demo.trajectory
+        if not traj.turns:
+            continue
+        prompt = render_analysis_prompt(traj.task, traj.won, analysis_turns(traj), max_chars)
+        summary, skill = rules_skill(traj)
+        out.append((prompt, json.dumps({"episode_summary": summary, "episode_skill": skill})))
+    return out
+
+
+def analysis_examples(pairs: list[tuple[str, str]], tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, response ids) of skill-writing examples, rendered as PolicyAnalyzer renders its chat."""
+    from seedcli.analyzers import analysis_messages
+    from seedcli.engines.base import render_chat, stop_token_ids
+
+    eos = stop_token_ids(tokenizer)[0]
+    return [
+        (render_chat(tokenizer, analysis_messages(prompt)), tokenizer.encode(answer, add_special_tokens=False) + [eos])
+        for prompt, answer in pairs
+    ]
 
 
 def _batches(lengths: list[int], max_tokens: int, rng: random.Random) -> list[list[int]]:
@@ -181,20 +312,24 @@ def _loss(model, ids, attn, weight):
 
 def warm_start(
     model_dir: str | os.PathLike,
-    games: int = 120,
-    epochs: int = 3,
+    games: int = 240,
+    epochs: int = 4,
     seed: int = 0,
     *,
     shape: dict[str, Any] | None = AGENT_SHAPE,
     lr: float = 1e-3,
-    batch_tokens: int = 2048,
+    batch_tokens: int = 4096,
     prompt_weight: float = 0.5,
-    max_steps: int = 30,
+    noise: float = 0.2,
+    max_steps: int = 40,
     history: int = 5,
+    analysis_max_chars: int = 6000,
+    threads: int | None = None,
     workers: int = 2,
     data_root: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
     check_turns: int = 64,
+    check_skills: int = 8,
 ) -> dict:
     """Behaviour-clone the expert on `games` training games for `epochs` epochs into the model at `model_dir`
     (trained in place) and write warmstart.json beside it. `prompt_weight` adds a small next-token loss on the
@@ -207,23 +342,41 @@ def warm_start(
 
     from seedcli.errors import UserError
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.set_num_threads(threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
     if games < 1 or epochs < 1:
         raise UserError(f"--warm-start expert needs --games >= 1 and --epochs >= 1 (got {games}, {epochs})")
+    if not 0.0 <= noise < 1.0:
+        raise UserError(f"--noise is the share of random turns, in [0, 1); got {noise}")
     t_start = time.time()
     model_dir = Path(model_dir)
     rebuilt = _ensure_shape(model_dir, shape, seed)
-    trajectories, cache_path = expert_demonstrations(
-        games, seed, max_steps=max_steps, history=history, workers=workers, data_root=data_root, cache_dir=cache_dir
+    demos, cache_path = expert_demonstrations(
+        games,
+        seed,
+        noise=noise,
+        max_steps=max_steps,
+        history=history,
+        workers=workers,
+        data_root=data_root,
+        cache_dir=cache_dir,
     )
+    # the last few episodes are held out of skill writing, to check it on prompts the model has not seen
+    held_out = demos[-check_skills:] if check_skills else []
+    skill_pairs = analysis_example_texts(demos[: len(demos) - len(held_out)], analysis_max_chars)
     t_demos = time.time() - t_start
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    examples = demo_examples(trajectories, tokenizer)
+    acting = demo_examples(demos, tokenizer)
+    writing = analysis_examples(skill_pairs, tokenizer)
+    if not acting:
+        raise UserError(f"the expert won none of the {len(demos)} demonstration games; nothing to clone")
+    examples = acting + writing
     lengths = [len(p) + len(r) for p, r in examples]
+    won = sum(d.trajectory.won for d in demos)
     _log(
-        f"{len(trajectories)} expert episodes ({sum(t.won for t in trajectories)} won), {len(examples)} turns, "
-        f"prompt tokens mean {sum(len(p) for p, _ in examples) / len(examples):.0f} max {max(lengths)}, "
+        f"{len(demos)} expert episodes ({won} won), {len(acting)} acting turns (prompt tokens mean "
+        f"{sum(len(p) for p, _ in acting) / len(acting):.0f}), {len(writing)} skill-writing examples (prompt tokens "
+        f"mean {sum(len(p) for p, _ in writing) / max(len(writing), 1):.0f}), longest {max(lengths)}, "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters"
     )
 
@@ -270,10 +423,15 @@ def warm_start(
     train_s = time.time() - t_train
 
     model.eval()
-    check = greedy_check(model, tokenizer, trajectories, check_turns, seed)
+    check = greedy_check(model, tokenizer, demos, check_turns, seed)
     _log(
         f"greedy check on {check['turns']} demonstration turns: valid {check['valid_rate']:.0%}, admissible "
         f"{check['admissible_rate']:.0%}, expert action {check['expert_action_rate']:.0%}"
+    )
+    skill_check = skill_writing_check(model, tokenizer, held_out, analysis_max_chars)
+    _log(
+        f"skill check on {skill_check['episodes']} held-out episodes: parseable skill "
+        f"{skill_check['kept']}/{skill_check['episodes']}"
     )
     model.save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)
@@ -282,15 +440,22 @@ def warm_start(
         rows = [c["response_nll"] for c in curve if c["epoch"] == e]
         epoch_nll.append(sum(rows) / len(rows))
     record = {
-        "method": "expert behaviour cloning (walkthrough actions, agent prompt format)",
-        "games": len(trajectories),
-        "games_won_by_expert": sum(t.won for t in trajectories),
+        "method": "behaviour cloning of ALFWorld's searching hand-coded expert with noise injection (agent prompt "
+        "format) + skill writing (analysis prompt -> rules analyzer JSON)",
+        "demonstrator": DEMO_VERSION,
+        "games": len(demos),
+        "games_won_by_expert": won,
+        "noise": noise,
         "epochs": epochs,
         "seed": seed,
-        "turns": len(examples),
+        "turns": len(acting),
+        "skill_examples": len(writing),
+        "analysis_prompt_version": ANALYSIS_PROMPT_VERSION,
+        "analysis_max_chars": analysis_max_chars,
         "response_tokens": sum(len(r) for _, r in examples),
-        "prompt_tokens_mean": sum(len(p) for p, _ in examples) / len(examples),
-        "prompt_tokens_max": max(len(p) for p, _ in examples),
+        "prompt_tokens_mean": sum(len(p) for p, _ in acting) / len(acting),
+        "prompt_tokens_max": max(len(p) for p, _ in acting),
+        "analysis_prompt_tokens_mean": sum(len(p) for p, _ in writing) / max(len(writing), 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "shape": {
             k: getattr(model.config, k)
@@ -314,6 +479,7 @@ def warm_start(
         "first_response_nll": curve[0]["response_nll"],
         "last_response_nll": sum(c["response_nll"] for c in curve[-20:]) / len(curve[-20:]),
         "check": check,
+        "skill_check": skill_check,
         "demos_s": round(t_demos, 1),
         "train_s": round(train_s, 1),
         "wall_time_s": round(time.time() - t_start, 1),
@@ -340,21 +506,27 @@ def _ensure_shape(model_dir: Path, shape: dict[str, Any] | None, seed: int) -> b
     return True
 
 
-def greedy_check(model, tokenizer, trajectories: list[Trajectory], turns: int, seed: int) -> dict:
+def greedy_check(model, tokenizer, demos: list[DemoEpisode], turns: int, seed: int) -> dict:
     """Greedy response on `turns` sampled demonstration prompts: how often it is well-formed, admissible and the
-    expert's own action (teacher-forced history: the states the expert visited)."""
+    expert's own action at that state (teacher-forced history: the states the demonstrations visited)."""
     import torch
 
     from seedcli.engines.base import completion_text, render_chat, split_at_stop, stop_token_ids
     from seedcli.prompts import parse_action
 
-    pool = [t for traj in trajectories for t in traj.turns]
+    pool = [
+        (t, label)
+        for d in demos
+        if d.trajectory.won
+        for t, label in zip(d.trajectory.turns, d.labels, strict=False)
+        if _usable(label, t)
+    ]
     picked = random.Random(seed + 1).sample(pool, min(turns, len(pool)))
     stops = stop_token_ids(tokenizer)
     valid = admissible = expert = 0
     examples = []
     with torch.inference_mode():
-        for turn in picked:
+        for turn, label in picked:
             ids = torch.tensor([render_chat(tokenizer, [{"role": "user", "content": turn.prompt}])])
             out = model.generate(
                 input_ids=ids,
@@ -369,9 +541,9 @@ def greedy_check(model, tokenizer, trajectories: list[Trajectory], turns: int, s
             action, ok = parse_action(text)
             valid += ok
             admissible += ok and action in turn.admissible
-            expert += ok and action == turn.action
+            expert += ok and action == label
             if len(examples) < 3:
-                examples.append({"expert": turn.action, "model": text})
+                examples.append({"expert": label, "model": text})
     n = max(len(picked), 1)
     return {
         "turns": len(picked),
@@ -380,3 +552,33 @@ def greedy_check(model, tokenizer, trajectories: list[Trajectory], turns: int, s
         "expert_action_rate": expert / n,
         "examples": examples,
     }
+
+
+def skill_writing_check(model, tokenizer, demos: list[DemoEpisode], max_chars: int, max_new_tokens: int = 256) -> dict:
+    """Greedy skill JSON for held-out demonstration episodes, judged by the parser rl's self-analyzer uses."""
+    import torch
+
+    from seedcli.analyzers import analysis_messages
+    from seedcli.analyzers.parse import parse_skill
+    from seedcli.engines.base import completion_text, render_chat, split_at_stop, stop_token_ids
+
+    stops = stop_token_ids(tokenizer)
+    kept, examples = 0, []
+    with torch.inference_mode():
+        for prompt, _ in analysis_example_texts(demos, max_chars):
+            ids = torch.tensor([render_chat(tokenizer, analysis_messages(prompt))])
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=stops,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            gen, _ = split_at_stop(out[0, ids.shape[1] :].tolist(), stops, max_new_tokens)
+            text = completion_text(tokenizer, gen, stops)
+            parsed = parse_skill(text)
+            kept += parsed.kept
+            if len(examples) < 2:
+                examples.append({"model": text, "kept": parsed.kept, "skill": parsed.skill})
+    return {"episodes": len(demos), "kept": kept, "examples": examples}

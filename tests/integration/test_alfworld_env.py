@@ -90,6 +90,25 @@ def test_expert_survives_a_detour(games):
         game.close()
 
 
+def test_search_expert_finds_what_the_walkthrough_knows(games):
+    """expert="search": the hand-coded expert from the first step (no walkthrough): it knows where nothing is, so its
+    first move differs from the walkthrough's or not, but it always suggests an admissible action and wins the
+    shortest game by searching, in more steps than the walkthrough needs."""
+    game = AlfWorldGame(expert="search")
+    try:
+        result = game.reset(games[0])
+        steps = 0
+        while not result.won and steps < 40:
+            assert result.expert_action in result.admissible
+            result = game.step(result.expert_action)
+            steps += 1
+        assert result.won and result.expert_action is None
+    finally:
+        game.close()
+    with pytest.raises(ValueError, match="expert must be one of"):
+        AlfWorldGame(expert="oracle")
+
+
 def test_pool_two_workers_in_order(games, root):
     three = games[1:4]  # two look games and a pick game, three different tasks
     expected_tasks = [_task_in_file(g.path(root)) for g in three]

@@ -1,0 +1,46 @@
+"""The warm start's template thoughts: holding / seeing / looking for the task's object, from what the prompt shows."""
+
+from __future__ import annotations
+
+from seedcli.records import Trajectory, Turn
+from seedcli.stages.warmstart import THINK, demo_thinks
+
+
+def _traj(task: str, observations: list[str]) -> Trajectory:
+    turns = [
+        Turn(step=i, observation=o, admissible=["look"], prompt="p", response="r", action="look", valid=True)
+        for i, o in enumerate(observations, start=1)
+    ]
+    return Trajectory(
+        episode_id="e", group_id="g", game_file="f", split="train", task_type="pick_two", task=task, turns=turns,
+        won=False, reward=0.0, length=len(turns), engine="none", model_id="m", model_hash="", sampling={},
+        prompt_version="v", seed=0,
+    )  # fmt: skip
+
+
+def test_thoughts_follow_the_object_through_the_episode():
+    traj = _traj(
+        "put two cellphone in bed.",
+        [
+            "You are in the middle of a room. Looking quickly around you, you see a bed 1, a desk 1.",
+            "You arrive at desk 1. On the desk 1, you see a cellphone 2, and a pen 1.",
+            "You pick up the cellphone 2 from the desk 1.",
+            "You arrive at bed 1. On the bed 1, you see a pillow 1.",  # still holding: the bed shows no cellphone
+            "You move the cellphone 2 to the bed 1.",  # placed: no longer held (and it is here, on the bed)
+            "You arrive at desk 1. On the desk 1, you see a pen 1.",
+            "You arrive at drawer 1. On the drawer 1, you see a cellphones 3.",  # another word: not the object
+        ],
+    )
+    assert demo_thinks(traj) == [
+        "I look for the cellphone.",
+        "I see the cellphone here.",
+        "I have the cellphone.",
+        "I have the cellphone.",
+        "I see the cellphone here.",
+        "I look for the cellphone.",
+        "I look for the cellphone.",
+    ]
+
+
+def test_a_task_without_an_object_gets_the_plain_thought():
+    assert demo_thinks(_traj("", ["You arrive at desk 1."])) == [THINK]
