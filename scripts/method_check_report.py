@@ -49,6 +49,13 @@ def _f(x: float | None, fmt: str = "{:.3f}") -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
 
 
+def _utc(stamp: str) -> float:
+    """Seconds since the epoch of a commands.jsonl time stamp ("2026-11-29T13:26:28Z")."""
+    from datetime import UTC, datetime
+
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
 def _dur(s: float | None) -> str:
     if s is None:
         return "—"
@@ -180,6 +187,10 @@ class Doc:
     def header(self) -> None:
         m = self.machine
         total = sum(c["seconds"] for c in self.commands)
+        # elapsed: first start to last finish (side-by-side steps overlap, so it is less than the sum of step times)
+        ends = [_utc(c["finished_utc"]) for c in self.commands if c.get("finished_utc")]
+        starts = [_utc(c["finished_utc"]) - c["seconds"] for c in self.commands if c.get("finished_utc")]
+        elapsed = max(ends) - min(starts) if ends else None
         self.add(
             "# Method check on CPU: a warm-started tiny agent, GRPO and SEED side by side",
             "",
@@ -206,7 +217,8 @@ class Doc:
             f"| Independent steps side by side | {'yes (the two RL runs; the seen/unseen evals)' if m.get('parallel') == '1' else 'no (one after the other)'} |",
             f"| Started (UTC) | {m.get('started_utc', '—')} |",
             f"| Config | `{m.get('config', '—')}` |",
-            f"| Total wall time | {_dur(total)} |",
+            f"| Wall time, first command to last | {_dur(elapsed) if elapsed is not None else '—'} |",
+            f"| Sum of the steps' wall times | {_dur(total)} |",
             "",
             "## Commands",
             "",
@@ -721,7 +733,8 @@ class Doc:
         self.add(*[f"- {x}" for x in out], "")
         self.add(
             "Caveats that hold whatever the numbers: the analyzer of Stage 1 is the offline rules analyzer, not an "
-            "LLM; the tiny policy writes skills only as well as a small SFT on those rules teaches it; the RL runs "
+            "LLM; the tiny policy writes skills only as well as the warm start's skill-writing examples and a small "
+            "SFT, both on that analyzer's output, teach it; the RL runs "
             "have a handful of updates on a few games each (the paper: 150 updates × 16 games × 8 rollouts) with a "
             "larger learning rate than the paper's; evaluation samples at a non-zero temperature, so small "
             "differences between models are noise.",
