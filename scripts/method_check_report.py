@@ -188,9 +188,12 @@ class Doc:
         m = self.machine
         total = sum(c["seconds"] for c in self.commands)
         # elapsed: first start to last finish (side-by-side steps overlap, so it is less than the sum of step times)
-        ends = [_utc(c["finished_utc"]) for c in self.commands if c.get("finished_utc")]
-        starts = [_utc(c["finished_utc"]) - c["seconds"] for c in self.commands if c.get("finished_utc")]
-        elapsed = max(ends) - min(starts) if ends else None
+        spans = [
+            (_utc(c["finished_utc"]) - c["seconds"], _utc(c["finished_utc"]))
+            for c in self.commands
+            if c.get("finished_utc")
+        ]
+        elapsed = max(end for _, end in spans) - min(start for start, _ in spans) if spans else None
         self.add(
             "# Method check on CPU: a warm-started tiny agent, GRPO and SEED side by side",
             "",

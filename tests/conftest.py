@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 if not os.environ.get("ALFWORLD_DATA"):
@@ -22,3 +24,15 @@ try:
     torch.set_num_threads(1)
 except ImportError:  # pragma: no cover - torch is a hard dependency; keep collection alive for a clear error
     pass
+
+
+@pytest.fixture(scope="session")
+def alfworld_root() -> Path:
+    """The ALFWorld data root (resolve_data_root: $ALFWORLD_DATA or ../shared/alfworld); skips when there is none."""
+    from seedcli.envs.alfworld import resolve_data_root
+    from seedcli.errors import UserError
+
+    try:
+        return resolve_data_root()
+    except UserError as e:
+        pytest.skip(str(e))

@@ -422,19 +422,25 @@ def warm_start(
         _log(f"epoch {epoch + 1} done: response NLL {nll_sum / max(tok_sum, 1.0):.3f}")
     train_s = time.time() - t_train
 
-    model.eval()
-    check = greedy_check(model, tokenizer, demos, check_turns, seed)
-    _log(
-        f"greedy check on {check['turns']} demonstration turns: valid {check['valid_rate']:.0%}, admissible "
-        f"{check['admissible_rate']:.0%}, expert action {check['expert_action_rate']:.0%}"
-    )
-    skill_check = skill_writing_check(model, tokenizer, held_out, analysis_max_chars)
-    _log(
-        f"skill check on {skill_check['episodes']} held-out episodes: parseable skill "
-        f"{skill_check['kept']}/{skill_check['episodes']}"
-    )
     model.save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)
+    # the checks load the saved model through the hf engine, as collect, rl and eval will
+    from seedcli.engines.hf import HFEngine
+
+    engine = HFEngine(model_dir, device="cpu", seed=seed)
+    try:
+        check = greedy_check(engine, demos, check_turns, seed)
+        _log(
+            f"greedy check on {check['turns']} demonstration turns: valid {check['valid_rate']:.0%}, admissible "
+            f"{check['admissible_rate']:.0%}, expert action {check['expert_action_rate']:.0%}"
+        )
+        skill_check = skill_writing_check(engine, held_out, analysis_max_chars)
+        _log(
+            f"skill check on {skill_check['episodes']} held-out episodes: parseable skill "
+            f"{skill_check['kept']}/{skill_check['episodes']}"
+        )
+    finally:
+        engine.close()
     epoch_nll = []
     for e in range(1, epochs + 1):
         rows = [c["response_nll"] for c in curve if c["epoch"] == e]
@@ -506,12 +512,10 @@ def _ensure_shape(model_dir: Path, shape: dict[str, Any] | None, seed: int) -> b
     return True
 
 
-def greedy_check(model, tokenizer, demos: list[DemoEpisode], turns: int, seed: int) -> dict:
-    """Greedy response on `turns` sampled demonstration prompts: how often it is well-formed, admissible and the
-    expert's own action at that state (teacher-forced history: the states the demonstrations visited)."""
-    import torch
-
-    from seedcli.engines.base import completion_text, render_chat, split_at_stop, stop_token_ids
+def greedy_check(engine, demos: list[DemoEpisode], turns: int, seed: int) -> dict:
+    """Greedy response (through an Engine) on `turns` sampled demonstration prompts: how often it is well-formed,
+    admissible and the expert's own action at that state (teacher-forced history: the states the demonstrations
+    visited)."""
     from seedcli.prompts import parse_action
 
     pool = [
@@ -522,28 +526,17 @@ def greedy_check(model, tokenizer, demos: list[DemoEpisode], turns: int, seed: i
         if _usable(label, t)
     ]
     picked = random.Random(seed + 1).sample(pool, min(turns, len(pool)))
-    stops = stop_token_ids(tokenizer)
+    prompts = [engine.render([{"role": "user", "content": turn.prompt}]) for turn, _ in picked]
+    completions = engine.generate(prompts, temperature=0.0, max_new_tokens=48, seed=seed) if prompts else []
     valid = admissible = expert = 0
     examples = []
-    with torch.inference_mode():
-        for turn, label in picked:
-            ids = torch.tensor([render_chat(tokenizer, [{"role": "user", "content": turn.prompt}])])
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=False,
-                max_new_tokens=48,
-                eos_token_id=stops,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-            gen, _ = split_at_stop(out[0, ids.shape[1] :].tolist(), stops, 48)
-            text = completion_text(tokenizer, gen, stops)
-            action, ok = parse_action(text)
-            valid += ok
-            admissible += ok and action in turn.admissible
-            expert += ok and action == label
-            if len(examples) < 3:
-                examples.append({"expert": label, "model": text})
+    for (turn, label), completion in zip(picked, completions, strict=True):
+        action, ok = parse_action(completion.text)
+        valid += ok
+        admissible += ok and action in turn.admissible
+        expert += ok and action == label
+        if len(examples) < 3:
+            examples.append({"expert": label, "model": completion.text})
     n = max(len(picked), 1)
     return {
         "turns": len(picked),
@@ -554,31 +547,20 @@ def greedy_check(model, tokenizer, demos: list[DemoEpisode], turns: int, seed: i
     }
 
 
-def skill_writing_check(model, tokenizer, demos: list[DemoEpisode], max_chars: int, max_new_tokens: int = 256) -> dict:
-    """Greedy skill JSON for held-out demonstration episodes, judged by the parser rl's self-analyzer uses."""
-    import torch
-
+def skill_writing_check(engine, demos: list[DemoEpisode], max_chars: int, max_new_tokens: int = 256) -> dict:
+    """Greedy skill JSON for held-out demonstration episodes, asked through rl's self-analyzer (PolicyAnalyzer, one
+    attempt) and judged by its parser."""
     from seedcli.analyzers import analysis_messages
     from seedcli.analyzers.parse import parse_skill
-    from seedcli.engines.base import completion_text, render_chat, split_at_stop, stop_token_ids
+    from seedcli.analyzers.policy import PolicyAnalyzer
 
-    stops = stop_token_ids(tokenizer)
+    analyzer = PolicyAnalyzer(engine, max_new_tokens=max_new_tokens)
+    pairs = analysis_example_texts(demos, max_chars)
+    responses = analyzer.analyze_batch([analysis_messages(prompt) for prompt, _ in pairs])
     kept, examples = 0, []
-    with torch.inference_mode():
-        for prompt, _ in analysis_example_texts(demos, max_chars):
-            ids = torch.tensor([render_chat(tokenizer, analysis_messages(prompt))])
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=False,
-                max_new_tokens=max_new_tokens,
-                eos_token_id=stops,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-            gen, _ = split_at_stop(out[0, ids.shape[1] :].tolist(), stops, max_new_tokens)
-            text = completion_text(tokenizer, gen, stops)
-            parsed = parse_skill(text)
-            kept += parsed.kept
-            if len(examples) < 2:
-                examples.append({"model": text, "kept": parsed.kept, "skill": parsed.skill})
+    for response in responses:
+        parsed = parse_skill(response.text)
+        kept += parsed.kept
+        if len(examples) < 2:
+            examples.append({"model": response.text, "kept": parsed.kept, "skill": parsed.skill})
     return {"episodes": len(demos), "kept": kept, "examples": examples}

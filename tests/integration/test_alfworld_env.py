@@ -8,22 +8,14 @@ import sys
 
 import pytest
 
-from seedcli.envs.alfworld import AlfWorldGame, EnvPool, StepResult, list_games, resolve_data_root, select_games
+from seedcli.envs.alfworld import AlfWorldGame, EnvPool, StepResult, list_games, select_games
 from seedcli.errors import UserError
 
 
 @pytest.fixture(scope="module")
-def root():
-    try:
-        return resolve_data_root()
-    except UserError as e:
-        pytest.skip(str(e))
-
-
-@pytest.fixture(scope="module")
-def games(root):
+def games(alfworld_root):
     # look games are the shortest (3-4 expert steps); one of another type too, for the pool
-    unseen = list_games(root, "unseen")
+    unseen = list_games(alfworld_root, "unseen")
     return select_games(unseen, 3, seed=0, task_types=["look"]) + select_games(unseen, 1, seed=0, task_types=["pick"])
 
 
@@ -108,9 +100,9 @@ def test_search_expert_finds_what_the_walkthrough_knows(games):
         AlfWorldGame(expert="oracle")
 
 
-def test_pool_two_workers_in_order(games, root):
+def test_pool_two_workers_in_order(games, alfworld_root):
     three = games[1:4]  # two look games and a pick game, three different tasks
-    expected_tasks = [_task_in_file(g.path(root)) for g in three]
+    expected_tasks = [_task_in_file(g.path(alfworld_root)) for g in three]
     assert len(set(expected_tasks)) == 3
     with EnvPool(workers=2, expert=True) as pool:
         slots = [5, 2, 8]  # workers 1, 0, 0: order must come back as given
@@ -145,7 +137,7 @@ def test_pool_worker_crash_names_the_game(games):
         pool.close()
 
 
-def test_pool_missing_game_is_a_user_error(root, tmp_path):
+def test_pool_missing_game_is_a_user_error(alfworld_root, tmp_path):
     with EnvPool(workers=1) as pool:
         with pytest.raises(UserError, match="ALFWorld game not found"):
             pool.reset_many([(0, tmp_path / "nope" / "game.tw-pddl")])

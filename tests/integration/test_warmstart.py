@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from seedcli.envs.alfworld import AlfWorldGame, list_games, resolve_data_root, select_games
-from seedcli.errors import UserError
+from seedcli.envs.alfworld import AlfWorldGame, list_games, select_games
 from seedcli.prompts import format_response, parse_action, render_agent_prompt
 
 pytest.importorskip("alfworld")
@@ -25,19 +24,11 @@ SMALL_SHAPE = {
 }
 
 
-@pytest.fixture(scope="module")
-def data_root():
-    try:
-        return resolve_data_root()
-    except UserError as err:
-        pytest.skip(str(err))
-
-
 NOISE = 0.3
 
 
 @pytest.fixture(scope="module")
-def demos(data_root, tmp_path_factory):
+def demos(alfworld_root, tmp_path_factory):
     from seedcli.stages.warmstart import expert_demonstrations
 
     cache = tmp_path_factory.mktemp("demos")
@@ -62,14 +53,14 @@ def test_demonstrations_are_labelled_and_cached(demos):
     assert [d.model_dump() for d in again] == [d.model_dump() for d in episodes]
 
 
-def test_demonstrations_are_the_agent_prompt_collect_renders(demos, data_root):
+def test_demonstrations_are_the_agent_prompt_collect_renders(demos, alfworld_root):
     """Replay the first game by hand with the searching expert: every demonstration prompt equals what the rollout
     loop renders for that state, and every label is the expert's action in that state (noise turns included)."""
     from seedcli.stages.warmstart import THINK
 
     episodes, _, _ = demos
     traj, labels = episodes[0].trajectory, episodes[0].labels
-    game = next(g for g in select_games(list_games(data_root, "train"), 2, 0) if g.game_file == traj.game_file)
+    game = next(g for g in select_games(list_games(alfworld_root, "train"), 2, 0) if g.game_file == traj.game_file)
     env = AlfWorldGame(expert="search")
     try:
         state = env.reset(game)

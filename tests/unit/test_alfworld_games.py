@@ -26,16 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def root() -> Path:
-    try:
-        return resolve_data_root()
-    except UserError as e:
-        pytest.skip(str(e))
-
-
-@pytest.fixture(scope="module")
-def unseen(root) -> list[Game]:
-    return list_games(root, "unseen")
+def unseen(alfworld_root) -> list[Game]:
+    return list_games(alfworld_root, "unseen")
 
 
 def test_task_types_in_alfworld_order():
@@ -60,18 +52,18 @@ def test_unseen_counts_per_type(unseen):
     assert [counts[t] for t in SHORT_TASK_TYPES] == [24, 18, 31, 23, 21, 17]
 
 
-def test_seen_count(root):
-    seen = list_games(root, "seen")
+def test_seen_count(alfworld_root):
+    seen = list_games(alfworld_root, "seen")
     assert len(seen) == 140
     assert all(g.split == "valid_seen" for g in seen)
 
 
-def test_games_are_relative_sorted_and_consistent(root, unseen):
+def test_games_are_relative_sorted_and_consistent(alfworld_root, unseen):
     assert [g.name for g in unseen] == sorted(g.name for g in unseen)
     g = unseen[0]
     assert not Path(g.game_file).is_absolute()
     assert g.game_file == f"json_2.1.1/valid_unseen/{g.name}/game.tw-pddl"
-    assert g.path(root) == root / g.game_file and g.path(root).is_file()
+    assert g.path(alfworld_root) == alfworld_root / g.game_file and g.path(alfworld_root).is_file()
     assert TASK_TYPES[g.name.split("-")[0]] == g.task_type
     assert g.split == "valid_unseen"
 
@@ -102,8 +94,8 @@ def test_list_games_empty_split_names_folder_and_fix(tmp_path):
     assert str(tmp_path / "json_2.1.1" / "train") in msg and "alfworld-download" in msg
 
 
-def test_select_balanced_and_interleaved(root):
-    train = list_games(root, "train")  # 40 per type
+def test_select_balanced_and_interleaved(alfworld_root):
+    train = list_games(alfworld_root, "train")  # 40 per type
     picked = select_games(train, 180, seed=0)
     assert len(picked) == 180 and len(set(picked)) == 180
     assert Counter(g.task_type for g in picked) == {t: 30 for t in SHORT_TASK_TYPES}
@@ -145,10 +137,10 @@ def test_select_task_type_subset_and_error(unseen):
     assert select_games(unseen, 0, seed=0) == []
 
 
-def test_resolve_data_root_explicit_sets_env(root, monkeypatch):
+def test_resolve_data_root_explicit_sets_env(alfworld_root, monkeypatch):
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
-    assert resolve_data_root(str(root)) == root
-    assert os.environ["ALFWORLD_DATA"] == str(root)
+    assert resolve_data_root(str(alfworld_root)) == alfworld_root
+    assert os.environ["ALFWORLD_DATA"] == str(alfworld_root)
 
 
 def test_resolve_data_root_bad_env_var(tmp_path, monkeypatch):
