@@ -6,13 +6,14 @@ Resolution order, later wins: the model's defaults (the paper's numbers where th
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from seedcli.errors import UserError
 
@@ -36,6 +37,9 @@ class StageConfig(BaseModel):
     resume: str | None = _nohash(
         "continue an interrupted run: 'auto' = the newest incomplete run of the same config, or a run directory"
     )
+    logger: str = _nohash(
+        "metric loggers, comma-separated: jsonl (metrics.jsonl, always on), tensorboard, wandb", "jsonl"
+    )
 
     def hashed(self) -> dict:
         """The part of the config that decides what the run computes."""
@@ -47,21 +51,69 @@ class StageConfig(BaseModel):
         return hashlib.sha256(blob).hexdigest()
 
 
-class RolloutConfig(StageConfig):
-    """How the policy plays ALFWorld (shared by collect, eval and rl)."""
+def _env_defaults(cls: type, data: dict) -> dict:
+    """Fill the fields whose default depends on the environment (turns, history, splits, advantage mode) when the
+    config does not set them. The field defaults are ALFWorld's, so its configs and hashes are unchanged."""
+    from seedcli.envs import env_class
 
-    env: Literal["alfworld"] = Field("alfworld", description="environment (ALFWorld, the paper's benchmark)")
-    data_root: str | None = Field(None, description="ALFWorld data root; default $ALFWORLD_DATA or ../shared/alfworld")
+    if str(data.get("env", "alfworld")).strip().lower() == "alfworld":
+        return data
+    try:
+        env = env_class(data.get("env", "alfworld"))
+    except UserError:
+        return data  # the env field's validator reports it
+    defaults = {"max_steps": env.max_steps, "history": env.history, "val_split": env.val_split,
+                "advantage_norm": env.advantage_norm}
+    defaults["split"] = env.eval_splits[0] if cls.__name__ == "EvalConfig" else env.train_split
+    out = dict(data)
+    for key, value in defaults.items():
+        if key in cls.model_fields and out.get(key) is None:
+            out[key] = value
+    return out
+
+
+class RolloutConfig(StageConfig):
+    """How the policy plays an environment (shared by collect, eval and rl)."""
+
+    env: str = Field("alfworld", description="environment: alfworld | webshop | search (`seed envs` lists them)")
+    env_options: dict[str, Any] = Field(
+        default_factory=dict, description="environment-specific options (search: corpus, search_url)"
+    )
+    data_root: str | None = Field(
+        None, description="environment data root; default $ALFWORLD_DATA / $WEBSHOP_DATA / ... or ../shared/<env>"
+    )
     model: str | None = Field(None, description="policy model directory (Hugging Face format)")
     engine: Literal["hf", "vllm"] = Field("hf", description="generation back end: transformers or vLLM")
     device: str = _nohash("device for the hf engine: auto | cpu | cuda", "auto")
-    max_steps: int = Field(30, ge=1, description="steps per episode before it ends unwon")
-    history: int = Field(5, ge=0, description="observation/action pairs of history shown in the prompt")
+    max_steps: int = Field(30, ge=1, description="steps per episode before it ends unwon (default: the env's)")
+    history: int = Field(5, ge=0, description="observation/action pairs of history shown in the prompt (env's)")
     temperature: float = Field(0.4, ge=0.0, description="sampling temperature (0 = greedy)")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
     max_new_tokens: int = Field(512, ge=1, description="generated tokens per turn")
     workers: int = _nohash("environment worker processes (0 = in-process)", 2, ge=0)
     gen_batch: int = _nohash("episodes in play at once: one batched generation call per turn covers them all", 64, ge=1)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _known_env(cls, v: Any) -> Any:
+        from seedcli.envs import ENV_NAMES
+
+        if str(v).strip().lower() not in ENV_NAMES:
+            raise ValueError(f"unknown environment {v!r}: use one of {', '.join(ENV_NAMES)}")
+        return str(v).strip().lower()
+
+    @field_validator("env_options", mode="before")
+    @classmethod
+    def _options_text(cls, v: Any) -> Any:
+        # `--env-options '{search_url: http://host:8000}'` arrives as text: read it as YAML
+        if isinstance(v, str):
+            v = yaml.safe_load(v) if v.strip() else {}
+        return {} if v is None else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_dependent_defaults(cls, data: Any) -> Any:
+        return _env_defaults(cls, data) if isinstance(data, dict) else data
 
 
 class CollectConfig(RolloutConfig):
@@ -83,7 +135,8 @@ class AnnotateConfig(StageConfig):
 
     from_run: str | None = Field(None, description="collect run to annotate (default: newest complete)")
     analyzer: Literal["glm", "openai", "policy", "rules"] = Field(
-        "glm", description="glm (Z.ai API), openai (any OpenAI-compatible endpoint), policy (local model), rules (offline)"
+        "glm",
+        description="glm (Z.ai API), openai (any OpenAI-compatible endpoint), policy (local model), rules (offline)",
     )
     model: str | None = Field(None, description="analyzer model name (glm: GLM-5.2 by default) or model dir (policy)")
     base_url: str | None = Field(None, description="chat-completions base URL (glm preset: Z.ai's)")
@@ -92,12 +145,21 @@ class AnnotateConfig(StageConfig):
     max_retries: int = _nohash("retries per request on 429/5xx/timeouts", 6, ge=0)
     backoff: float = _nohash("first retry delay in seconds; doubles per retry, with jitter, at most 60 s", 1.0, ge=0)
     timeout: float = _nohash("seconds per request", 120.0, gt=0)
+    max_failed_fraction: float = _nohash(
+        "end the run failed (exit 1, `latest` unchanged) when more than this fraction of trajectories got no answer "
+        "(request_failed); 0 = any failure fails the run",
+        0.5,
+        ge=0.0,
+        le=1.0,
+    )
     temperature: float = Field(0.0, ge=0.0, description="analyzer temperature")
     max_tokens: int = Field(4096, ge=1, description="max tokens of the analyzer's answer")
     engine: Literal["hf", "vllm"] = Field("hf", description="engine for the policy analyzer")
     device: str = _nohash("device for the policy analyzer's hf engine", "auto")
     price_prompt_per_mtok: float = _nohash("USD per million prompt tokens (cost estimate; GLM-5.2 list price)", 1.4)
-    price_completion_per_mtok: float = _nohash("USD per million completion tokens (cost estimate; GLM-5.2 list price)", 4.4)
+    price_completion_per_mtok: float = _nohash(
+        "USD per million completion tokens (cost estimate; GLM-5.2 list price)", 4.4
+    )
 
 
 class SFTConfig(StageConfig):
@@ -156,21 +218,51 @@ class RLConfig(RolloutConfig):
     analysis_max_chars: int = Field(
         24000, ge=1000, description="analysis prompts longer than this drop their oldest steps (fits the context)"
     )
-    val_split: str = Field("seen", description="validation games: seen (valid_seen) | unseen (valid_unseen)")
+    val_split: str = Field("seen", description="validation tasks (ALFWorld: seen | unseen; default: the env's)")
+    advantage_norm: Literal["mean_std", "mean"] = Field(
+        "mean_std", description="GRPO group normalisation: mean_std | mean (default: the env's; WebShop: mean)"
+    )
     val_temperature: float = Field(0.4, ge=0.0, description="sampling temperature for validation episodes")
     sample_every: int = _nohash(
         "log one episode's per-token score shift to samples.jsonl every N updates (0 = val_every, or 1 without val)",
         0,
         ge=0,
     )
-    keep_checkpoints: int = _nohash("keep only the newest N checkpoints (0 = all)", 0, ge=0)
+    workers: int | None = _nohash(
+        "environment worker processes per rank (0 = in-process); default min(8, CPU cores per rank), enough for "
+        "16 live games",
+        None,
+        ge=0,
+    )
+    keep_checkpoints: int = _nohash("keep only the newest N checkpoints (0 = all); a 3B checkpoint is ~30 GB", 3, ge=0)
+    checkpoint_dtype: Literal["auto", "float32", "bfloat16"] = _nohash(
+        "dtype of the checkpoints' model weights (what eval/collect load): auto = bfloat16 on GPU, float32 on CPU; "
+        "optimizer state and master weights for resume stay float32",
+        "auto",
+    )
     sync_tol: float | None = _nohash(
         "max mean |Δ log-prob| between engine and trainer on the probe after a weight refresh "
         "(default: 1e-3 when they share weights in fp32, 0.05 otherwise)",
         None,
         gt=0,
     )
-    gradient_checkpointing: bool = _nohash("recompute decoder activations in backward (saves memory, costs time)", False)
+    gradient_checkpointing: bool | None = _nohash(
+        "recompute decoder activations in backward (saves memory, costs ~30% time); default: on with --gpus, off on CPU",
+        None,
+    )
+    collective_timeout_min: float = _nohash(
+        "minutes a rank waits in a collective before the job fails (a hang becomes an error)", 30.0, gt=0
+    )
+    vllm_tensor_parallel: int = _nohash(
+        "vLLM tensor-parallel size per engine (GPUs per engine; divides --gpus)", 1, ge=1
+    )
+    vllm_sleep_level: int = _nohash(
+        "vLLM sleep level between rollouts: 2 drops the weights (refreshed after each update anyway), "
+        "1 offloads them to pinned host memory",
+        2,
+        ge=1,
+        le=2,
+    )
     parallel: Literal["auto", "ddp", "fsdp"] = _nohash(
         "data parallelism: auto = FSDP on GPU, DDP on CPU; fsdp on CPU runs the GPU code path over gloo", "auto"
     )
@@ -186,7 +278,9 @@ class RLConfig(RolloutConfig):
 class EvalConfig(RolloutConfig):
     """`seed eval`: play every game of valid_seen or valid_unseen once and report success per task type."""
 
-    split: str = Field("unseen", description="seen (valid_seen, 140 games) | unseen (valid_unseen, 134 games)")
+    split: str = Field(
+        "unseen", description="ALFWorld: seen (valid_seen, 140 games) | unseen (valid_unseen, 134); webshop: test"
+    )
     from_run: str | None = Field(None, description="sft or rl run (or a checkpoint inside one) to evaluate")
     policy: Literal["model", "expert", "random"] = Field("model", description="model | expert | random")
     limit: int | None = Field(None, ge=1, description="evaluate only the first N games (the result is marked partial)")
@@ -242,30 +336,121 @@ def resolve_preset(name_or_path: str) -> Path:
     raise UserError(f"config '{name_or_path}' not found; presets: {', '.join(names)} (or pass a YAML file path)")
 
 
+def nearest(key: str, valid: list[str] | tuple[str, ...]) -> str:
+    """'; did you mean X?' for the closest valid key, or '' when none is close."""
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def _all_fields() -> set[str]:
+    return {name for cls in STAGE_CONFIGS.values() for name in cls.model_fields}
+
+
+def check_yaml_keys(data: dict, path: Path) -> None:
+    """Every key of a config file must mean something: a stage section holding that stage's fields, or a shared
+    field of some stage. A typo is a one-line error naming the key and the nearest valid one."""
+    shared_valid = sorted(_all_fields())
+    for key, value in data.items():
+        key = str(key)
+        if key in STAGE_CONFIGS:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise UserError(f"{path}: section '{key}' must be a mapping of {key} config keys")
+            fields = list(STAGE_CONFIGS[key].model_fields)
+            for sub in value:
+                if str(sub) not in fields:
+                    raise UserError(
+                        f"{path}: unknown key '{key}.{sub}'{nearest(str(sub), fields)} "
+                        f"(`seed {key} --help` lists the keys)"
+                    )
+        elif isinstance(value, dict):
+            raise UserError(
+                f"{path}: unknown section '{key}'{nearest(key, list(STAGE_CONFIGS))} "
+                f"(sections: {', '.join(STAGE_CONFIGS)})"
+            )
+        elif key not in shared_valid:
+            raise UserError(f"{path}: unknown key '{key}'{nearest(key, shared_valid)}")
+
+
+def saved_config(run_dir: Path) -> dict:
+    """The config a run was made with: its config.yaml (or, failing that, the manifest's copy)."""
+    cfg_file = Path(run_dir) / "config.yaml"
+    if cfg_file.exists():
+        return load_yaml(cfg_file)
+    manifest = Path(run_dir) / "manifest.json"
+    if manifest.exists():
+        try:
+            return dict(orjson.loads(manifest.read_bytes()).get("config") or {})
+        except (orjson.JSONDecodeError, AttributeError):
+            pass
+    raise UserError(f"--resume {run_dir}: no config.yaml or manifest.json; pass a run directory under runs/<stage>/")
+
+
+def _resume_values(stage: str, run_dir: Path, given: dict[str, Any], source: str) -> dict[str, Any]:
+    """`--resume DIR`: the run's saved config, with the options given again checked against it. Options that do not
+    change what the run computes (workers, batch sizes, device) may differ; any other difference is refused."""
+    cls = STAGE_CONFIGS[stage]
+    if not run_dir.is_dir():
+        raise UserError(
+            f"--resume {run_dir}: not a directory; pass a run directory (or a bare --resume for the newest)"
+        )
+    saved = {k: v for k, v in saved_config(run_dir).items() if k in cls.model_fields}
+    unhashed = {n for n, f in cls.model_fields.items() if (f.json_schema_extra or {}).get("hash") is False}
+    # a value given again counts as equal when pydantic normalises both to the same thing (e.g. "a,b" vs [a, b])
+    try:
+        normal = cls(**{**saved, **given}).model_dump(mode="json")
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "?"
+        raise UserError(f"{stage} config ({source}): field '{loc}': {err['msg']}") from None
+    differ = sorted(k for k in given if k not in unhashed and k in saved and normal[k] != saved[k])
+    if differ:
+        shown = ", ".join(f"{k} (run: {saved[k]!r}, given: {normal[k]!r})" for k in differ)
+        raise UserError(
+            f"--resume {run_dir}: options differ from the run's saved config: {shown}; drop them — "
+            f"`seed {stage} --resume {run_dir}` reads {run_dir / 'config.yaml'} — or start a new run without --resume"
+        )
+    values = {**saved, **given}
+    if "runs_dir" not in given:
+        values["runs_dir"] = str(run_dir.parent.parent)  # the run's own runs root, wherever it was made from
+    values["resume"] = str(run_dir)
+    return values
+
+
 def build_config(
     stage: str,
     config_file: str | None = None,
     cli: dict[str, Any] | None = None,
     overrides: list[str] | None = None,
 ) -> StageConfig:
-    """Resolve a stage config; a bad key or value is a one-line UserError naming the field and the source."""
+    """Resolve a stage config; a bad key or value is a one-line UserError naming the field and the source.
+    With `resume=DIR` the run's saved config is the base, and options given again must agree with it."""
     cls = STAGE_CONFIGS[stage]
     values: dict[str, Any] = {}
     source = "defaults"
     if config_file:
         path = resolve_preset(config_file)
         data = load_yaml(path)
+        check_yaml_keys(data, path)
         # a preset holds one section per stage plus optional shared keys
         shared = {k: v for k, v in data.items() if k not in STAGE_CONFIGS and not isinstance(v, dict)}
         section = data.get(stage, {}) or {}
-        if not isinstance(section, dict):
-            raise UserError(f"{path}: section '{stage}' must be a mapping")
         shared = {k: v for k, v in shared.items() if k in cls.model_fields}
         values.update(shared)
         values.update(section)
         source = str(path)
     values.update({k: v for k, v in (cli or {}).items() if v is not None})
     values.update(parse_overrides(overrides))
+    for key in values:
+        if key not in cls.model_fields:
+            raise UserError(
+                f"{stage} config ({source} + options): field '{key}' is not a {stage} key"
+                f"{nearest(key, list(cls.model_fields))} (valid keys: {', '.join(cls.model_fields)})"
+            )
+    resume = values.get("resume")
+    if resume and resume != "auto":
+        values = _resume_values(stage, Path(str(resume)), {k: v for k, v in values.items() if k != "resume"}, source)
     try:
         return cls(**values)
     except ValidationError as exc:
@@ -273,7 +458,7 @@ def build_config(
         loc = ".".join(str(x) for x in err["loc"]) or "?"
         hint = ""
         if err["type"] == "extra_forbidden":
-            hint = f"; valid keys: {', '.join(cls.model_fields)}"
+            hint = f"{nearest(loc, list(cls.model_fields))} (valid keys: {', '.join(cls.model_fields)})"
         raise UserError(f"{stage} config ({source} + options): field '{loc}': {err['msg']}{hint}") from None
 
 

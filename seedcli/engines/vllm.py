@@ -2,7 +2,7 @@
 
     engine = VLLMEngine("runs/sft/latest/model", gpu_memory_utilization=0.3, enable_sleep_mode=True)
     completions = engine.generate(prompts, temperature=1.0, max_new_tokens=512, seed=0)
-    engine.sleep(); ...train...; engine.wake_up(); engine.update_weights(actor.state_dict())
+    engine.sleep(); ...train...; engine.wake_up(["weights"]); engine.update_weights(stream); engine.wake_up(["kv_cache"])
 
 By default the engine core runs inside the calling process (VLLM_ENABLE_V1_MULTIPROCESSING=0 and the "uni"
 executor): it starts in seconds instead of ~40 s on CPU and takes weight updates without copying them between
@@ -93,6 +93,7 @@ class VLLMEngine:
                 generation_config="vllm",  # the engine owns sampling; ignore the checkpoint's generation_config
                 **llm_kwargs,
             )
+        self.weight_dtype = self.llm.llm_engine.model_config.dtype  # what a weight refresh must cast to
         # the same tokenizer object HFEngine uses, so render() and decoded text are identical across engines
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.stop_ids = stop_token_ids(self.tokenizer)
@@ -110,9 +111,10 @@ class VLLMEngine:
         top_p: float = 1.0,
         max_new_tokens: int,
         seed: int | None = None,
+        seeds: list[int] | None = None,
     ) -> list[Completion]:
-        """One completion per prompt. Prompt i samples from its own stream seeded `seed + i`, so repeats of one prompt
-        (a GRPO group) still differ and each completion is independent of what else is in the batch."""
+        """One completion per prompt. Prompt i samples from its own stream seeded `seeds[i]` (default `seed + i`), so
+        repeats of one prompt (a GRPO group) still differ and each completion is independent of the batch."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -123,13 +125,15 @@ class VLLMEngine:
         sampling = temperature > 0
         if seed is None:
             seed = self._rng.randrange(2**31)
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"generate got {len(prompts)} prompts but {len(seeds)} seeds")
         params = [
             SamplingParams(
                 n=1,
                 temperature=temperature,
                 top_p=top_p if sampling else 1.0,
                 max_tokens=max_new_tokens,
-                seed=(seed + i) % 2**63 if sampling else None,
+                seed=(seeds[i] if seeds is not None else seed + i) % 2**63 if sampling else None,
                 logprobs=0,  # only the sampled token's log-prob; raw (pre-temperature) in vLLM's default logprobs_mode
                 stop_token_ids=self.stop_ids,
                 detokenize=False,  # text is decoded below with the HF tokenizer, the same way as HFEngine
@@ -185,25 +189,33 @@ class VLLMEngine:
             results[i] = [position[token].logprob for position, token in zip(positions, completions[i], strict=True)]
         return results
 
-    def update_weights(self, state_dict_or_model: Any) -> None:
+    def update_weights(self, weights: Any) -> None:
         """Load new weights (Hugging Face names) in place through vLLM's layerwise reload, which re-runs each layer's
-        post-load processing (the CPU backend's repacked GEMM weights included); then drop the stale prefix cache."""
+        post-load processing (the CPU backend's repacked GEMM weights included); then drop the stale prefix cache.
+
+        `weights` is a state dict, a module, or an iterable of (name, tensor) pairs. In process, an iterable is
+        consumed lazily, one tensor at a time, so a generator that gathers one FSDP parameter at a time never holds
+        the whole model (a 3B model's full fp32 copy is 12 GB per GPU)."""
         import torch
 
-        state_dict = (
-            state_dict_or_model.state_dict()
-            if isinstance(state_dict_or_model, torch.nn.Module)
-            else state_dict_or_model
-        )
+        if isinstance(weights, torch.nn.Module):
+            weights = weights.state_dict()
+        pairs = weights.items() if isinstance(weights, dict) else weights
         if self.in_process:
-            weights = [(name, tensor.detach()) for name, tensor in state_dict.items()]
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
-            )
+            stream = ((name, tensor.detach()) for name, tensor in pairs)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream, "is_checkpoint_format": True})
         else:
             # RPC arguments to another process lose their tensors, so the weights go through a safetensors file
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._write_weights(state_dict)})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._write_weights(dict(pairs))})
         self.llm.reset_prefix_cache()
+
+    def weight_checksums(self, names: list[str]) -> dict[str, list[int]]:
+        """Exact checksums (`engines.checksum.tensor_checksum`) of the engine's own copies of some weights, named as
+        in Hugging Face (fused q/k/v and gate/up are split back). A weight the engine stores in another layout (the
+        CPU backend's repacked GEMM weights) is left out; `checksum_names` picks ones it can read."""
+        from seedcli.engines.checksum import vllm_checksums
+
+        return self.llm.apply_model(lambda model: vllm_checksums(model, names))[0]
 
     def _write_weights(self, state_dict: dict) -> str:
         from safetensors.torch import save_file
@@ -224,10 +236,12 @@ class VLLMEngine:
         if self.sleep_enabled:
             self.llm.sleep(level=self.sleep_level if level is None else level)
 
-    def wake_up(self) -> None:
-        """Re-allocate what `sleep` freed; after a level-2 sleep call `update_weights` before generating."""
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Re-allocate what `sleep` freed (`tags`: "weights", "kv_cache"; None = all); after a level-2 sleep call
+        `update_weights` before generating. Waking the weights, loading them, emptying the CUDA cache and only then
+        waking the KV cache keeps the peak at weights + one layer instead of weights + KV cache + trainer cache."""
         if self.sleep_enabled:
-            self.llm.wake_up()
+            self.llm.wake_up(tags=tags)
 
     def close(self) -> None:
         """Shut the engine down and release its distributed state so another engine can start in this process."""

@@ -19,8 +19,10 @@ def group_advantages(
     scores: torch.Tensor,
     group_ids: torch.Tensor | Sequence[Hashable],
     eps: float = 1e-6,
+    normalize_std: bool = True,
 ) -> torch.Tensor:
-    """(score − group mean) / (group std + eps) per sample, with the unbiased std as in verl's GRPO.
+    """(score − group mean) / (group std + eps) per sample, with the unbiased std as in verl's GRPO;
+    `normalize_std=False` gives score − group mean (the SEED code's WebShop setting).
 
     `scores` is [N]; `group_ids` [N] (an int tensor or any hashables) names each sample's group.
     A group of one sample has no baseline to compare against and gets advantage 0.
@@ -44,7 +46,7 @@ def group_advantages(
     centred = s - mean[group]  # [N]
     sq = torch.zeros_like(count).index_add_(0, group, centred * centred)
     std = torch.sqrt(sq / (count - 1).clamp(min=1))  # [G], unbiased like torch.std
-    adv = centred / (std[group] + eps)
+    adv = centred / (std[group] + eps) if normalize_std else centred
     adv = torch.where(count[group] > 1, adv, torch.zeros_like(adv))
     out_dtype = scores.dtype if scores.is_floating_point() else torch.get_default_dtype()
     return adv.to(out_dtype)

@@ -27,8 +27,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-# Rollouts on one rank can take many minutes while the others wait in a collective.
-COLLECTIVE_TIMEOUT = datetime.timedelta(hours=3)
+# Rollouts on one rank can take many minutes while the others wait in a collective; past this a hang is an error.
+# `seed rl collective_timeout_min=...` sets it per run.
+COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=30)
 
 
 @dataclass
@@ -61,7 +62,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(use_cuda: bool, fsdp: bool | None = None) -> DistInfo:
+def init_distributed(
+    use_cuda: bool, fsdp: bool | None = None, timeout: datetime.timedelta = COLLECTIVE_TIMEOUT
+) -> DistInfo:
     """Join the torchrun group (gloo on CPU, NCCL on GPU). `fsdp` (default: on GPU) shards the actor with FSDP2,
     else several ranks use DDP. A lone FSDP process gets a one-rank group, so FSDP runs the same code on one GPU as
     on eight; a lone DDP process gets no group. FSDP on CPU (gloo, fp32) runs the GPU code path where tests can."""
@@ -83,7 +86,7 @@ def init_distributed(use_cuda: bool, fsdp: bool | None = None) -> DistInfo:
         device = torch.device("cpu")
         backend = "gloo"
     if not dist.is_initialized():
-        kwargs: dict[str, Any] = {"backend": backend, "timeout": COLLECTIVE_TIMEOUT}
+        kwargs: dict[str, Any] = {"backend": backend, "timeout": timeout}
         if use_cuda:
             kwargs["device_id"] = device
         dist.init_process_group(**kwargs)
@@ -122,6 +125,15 @@ def all_reduce_(tensor: torch.Tensor, info: DistInfo, op: str = "sum") -> torch.
     if info.enabled and info.world > 1:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
     return tensor
+
+
+def max_over_ranks(n: int, info: DistInfo) -> int:
+    """The largest `n` over all ranks (every rank calls it): how many forwards each rank must run in a pass."""
+    if not info.enabled or info.world == 1:
+        return n
+    t = torch.tensor([n], dtype=torch.int64, device=info.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def barrier(info: DistInfo) -> None:
@@ -207,9 +219,12 @@ def gradient_sync(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
     yield
 
 
-def full_state_dict(module: torch.nn.Module, to_cpu: bool = True, keep: bool = True) -> dict[str, torch.Tensor]:
+def full_state_dict(
+    module: torch.nn.Module, to_cpu: bool = True, keep: bool = True, dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
     """The module's full (unsharded) state dict; under FSDP each DTensor is gathered in turn (a collective: every rank
-    must call this). `keep=False` takes part in the gathers but keeps nothing (ranks that do not write the file)."""
+    must call this). `keep=False` takes part in the gathers but keeps nothing (ranks that do not write the file).
+    `dtype` casts floating tensors (each right after its gather, so the fp32 copy never accumulates)."""
     from torch.distributed.tensor import DTensor
 
     out: dict[str, torch.Tensor] = {}
@@ -218,8 +233,34 @@ def full_state_dict(module: torch.nn.Module, to_cpu: bool = True, keep: bool = T
             value = value.full_tensor()
         if keep:
             value = value.detach()
+            if dtype is not None and value.is_floating_point():
+                value = value.to(dtype)
             out[name] = value.cpu() if to_cpu else value
     return out
+
+
+def iter_full_params(
+    module: torch.nn.Module, dtype: torch.dtype | None = None, skip: Sequence[str] = ()
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) of every parameter and buffer of the state dict, one at a time, cast to `dtype`: under
+    FSDP each DTensor is gathered when the consumer asks for it, so at most one full parameter exists at a time
+    (a collective: every rank must consume the whole stream in the same order). Names in `skip` are not yielded
+    (a tied lm_head, which the engine re-ties itself) but still walked in order."""
+    from torch.distributed.tensor import DTensor
+
+    for name, value in module.state_dict().items():
+        if name in skip:
+            continue
+        if isinstance(value, DTensor):
+            value = value.full_tensor()
+        value = value.detach()
+        yield name, (value.to(dtype) if dtype is not None and value.is_floating_point() else value)
+
+
+def tied_names(lm: torch.nn.Module) -> list[str]:
+    """State-dict names that a tied-embedding model need not send (lm_head.weight when tie_word_embeddings)."""
+    cfg = getattr(lm, "config", None)
+    return ["lm_head.weight"] if getattr(cfg, "tie_word_embeddings", False) else []
 
 
 def param_digest(module: torch.nn.Module) -> str:

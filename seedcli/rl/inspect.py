@@ -62,8 +62,11 @@ def render_sample(rec: dict[str, Any]):
     out = []
     head = Text()
     head.append(f"update {rec.get('step')}  ", style="bold")
-    head.append(f"{rec.get('task_type', '')}  ")
+    head.append(f"{rec.get('category', rec.get('task_type', ''))}  ")  # task_type: samples written before env plug-ins
     head.append("WON" if rec.get("won") else "lost", style="bold green" if rec.get("won") else "bold red")
+    score = rec.get("score")
+    if isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 < score < 1.0:
+        head.append(f"  score {score:.2f}")
     head.append(f"  ({len(rec.get('turns', []))} turns, episode {rec.get('episode_id', '?')})\n")
     head.append(f"task: {rec.get('task', '')}\n")
     skill = rec.get("skill")

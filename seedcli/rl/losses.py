@@ -1,7 +1,9 @@
 """SEED's per-token losses: PPO with dual clip, low-variance KL, on-policy distillation (OPD).
 
 Pure tensor math (DESIGN.md §1, stage 2 step 5). Every per-token tensor is [B, T] and every mask is a
-{0, 1} float tensor of the same shape; each loss is a token mean over the mask of its micro-batch.
+{0, 1} float tensor of the same shape; each loss is a token mean over the mask of its micro-batch, or, given
+`denom`, a sum over the mask divided by `denom` — the token count of the whole mini-batch across ranks, so that
+micro-batches of different sizes weigh each token the same and results do not depend on world or micro-batch size.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import torch
 __all__ = [
     "low_var_kl",
     "masked_mean",
+    "masked_sum",
     "opd_loss",
     "ppo_clip_loss",
     "ppo_clip_stats",
@@ -26,6 +29,18 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     total = torch.where(mask != 0, x * mask, torch.zeros_like(x)).sum()
     count = mask.sum()
     return total / torch.where(count > 0, count, torch.ones_like(count))
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum of `x` over the tokens where `mask` is 1 (NaN/inf at masked-out positions never reach it)."""
+    return torch.where(mask != 0, x * mask, torch.zeros_like(x)).sum()
+
+
+def _reduce(x: torch.Tensor, mask: torch.Tensor, denom: float | None) -> torch.Tensor:
+    """Token mean over `mask`, or the masked sum over a given token count (the mini-batch's, across ranks)."""
+    if denom is None:
+        return masked_mean(x, mask)
+    return masked_sum(x, mask) / max(float(denom), 1.0)
 
 
 def low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -67,13 +82,14 @@ def ppo_clip_loss(
     mask: torch.Tensor,
     clip_eps: float = 0.2,
     dual_clip: float = 3.0,
+    denom: float | None = None,
 ) -> torch.Tensor:
     """Dual-clip PPO policy loss, token mean over `mask` (verl's `compute_policy_loss`, "token-mean").
 
     ratio = exp(logp − old_logp); per token max(−A·r, −A·clip(r, 1±ε)), further capped at −A·c where A < 0.
     """
     per_token, *_ = _ppo_terms(logp, old_logp, advantages, clip_eps, dual_clip)
-    return masked_mean(per_token, mask)
+    return _reduce(per_token, mask, denom)
 
 
 @torch.no_grad()
@@ -106,6 +122,7 @@ def opd_loss(
     teacher_logp: torch.Tensor,
     mask: torch.Tensor,
     beta: float = 5.0,
+    denom: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SEED's gated on-policy distillation loss and its gate; returns (loss, gate [B, T], detached).
 
@@ -116,7 +133,7 @@ def opd_loss(
     delta = teacher_logp - student_logp.detach()  # [B, T]
     gate = torch.sigmoid(beta * delta)  # [B, T], no grad: both inputs are detached
     per_token = gate * (teacher_logp - student_logp)  # [B, T]
-    return masked_mean(per_token, mask), gate
+    return _reduce(per_token, mask, denom), gate
 
 
 def total_loss(

@@ -12,130 +12,22 @@ that proves the rollout engine holds the trainer's weights.
 
 from __future__ import annotations
 
-import json
 import math
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 import torch
 
+from seedcli.envs import get_env
 from seedcli.errors import UserError
-from seedcli.prompts import insert_skill
 from seedcli.rl.advantages import group_advantages, turn_scores
 from seedcli.rl.logprobs import pack_by_length
-from seedcli.rl.sampler import hash_seed
-
-# ALFWorld's six task types (the game folder prefixes) and the short names users tend to write.
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
-_ALIASES = {
-    "pick": "pick_and_place_simple",
-    "look": "look_at_obj_in_light",
-    "clean": "pick_clean_then_place_in_recep",
-    "heat": "pick_heat_then_place_in_recep",
-    "cool": "pick_cool_then_place_in_recep",
-    "pick_two": "pick_two_obj_and_place",
-    "pick2": "pick_two_obj_and_place",
-}
-MIN_SKILL_WORDS = 5
+from seedcli.rl.sampler import hash_seed  # noqa: F401 - older imports of it from here
+from seedcli.rl.skill_library import MIN_SKILL_WORDS, SkillLibrary, load_skill_library  # noqa: F401 - moved
 
 # A score function: (input_ids [B, T], attention_mask [B, T], response_mask [B, T]) → per-token log-probs [B, T].
 ScoreFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-# --------------------------------------------------------------------------------------------- static skills
-
-
-@dataclass
-class SkillLibrary:
-    """Skills per task type from a fixed file; `skill_for` picks one per episode (stable across runs)."""
-
-    path: str
-    skills: dict[str, list[str]]
-
-    def skill_for(self, task_type: str, episode_id: str) -> str | None:
-        options = self.skills.get(canonical_task_type(task_type) or task_type)
-        if not options:
-            return None
-        return options[hash_seed("static-skill", episode_id) % len(options)]
-
-
-def canonical_task_type(name: str) -> str | None:
-    """The ALFWorld task type for a folder prefix or a short alias (pick, look, clean, heat, cool, pick_two)."""
-    key = name.strip().lower().replace("-", "_").replace(" ", "_")
-    if key in TASK_TYPES:
-        return key
-    return _ALIASES.get(key)
-
-
-def load_skill_library(path: str | Path) -> SkillLibrary:
-    """Read `static:FILE`: a JSON object {task_type: skill or [skills]}, a JSON list or JSONL of
-    {"task_type", "skill"} records, or an annotate run's skills.jsonl (kept records' `episode_skill`)."""
-    path = Path(path)
-    if path.is_dir() and (path / "skills.jsonl").exists():
-        path = path / "skills.jsonl"
-    if not path.is_file():
-        raise UserError(
-            f"--analyzer static:{path}: file not found; pass a JSON/JSONL skill library (e.g. data/static_skills.json) "
-            "or an annotate run's skills.jsonl"
-        )
-    text = path.read_text(encoding="utf-8")
-    records: list[tuple[str, object, str]] = []  # (task type, skill, where)
-    try:
-        data = json.loads(text)
-        if isinstance(data, dict):
-            for k, v in data.items():
-                for s in v if isinstance(v, list) else [v]:
-                    records.append((k, s, f"key '{k}'"))
-        elif isinstance(data, list):
-            for i, rec in enumerate(data):
-                records.extend(_record(rec, f"item {i}", path))
-        else:
-            raise UserError(f"{path}: expected a JSON object or list of skills, got {type(data).__name__}")
-    except json.JSONDecodeError:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise UserError(f"{path}:{lineno}: not valid JSON; a skill library is JSON or JSON Lines") from None
-            records.extend(_record(rec, f"line {lineno}", path))
-
-    skills: dict[str, list[str]] = defaultdict(list)
-    for task_type, skill, where in records:
-        canon = canonical_task_type(str(task_type))
-        if canon is None:
-            raise UserError(
-                f"{path} ({where}): unknown task type '{task_type}'; use one of {', '.join(TASK_TYPES)} "
-                f"(or {', '.join(sorted(_ALIASES))})"
-            )
-        if not isinstance(skill, str) or len(skill.split()) < MIN_SKILL_WORDS:
-            raise UserError(f"{path} ({where}): the skill must be text of at least {MIN_SKILL_WORDS} words")
-        if skill.strip() not in skills[canon]:
-            skills[canon].append(" ".join(skill.split()))
-    if not skills:
-        raise UserError(f"{path}: no skills found; see data/static_skills.json for the format")
-    return SkillLibrary(str(path), dict(skills))
-
-
-def _record(rec: object, where: str, path: Path) -> list[tuple[str, object, str]]:
-    if not isinstance(rec, dict) or "task_type" not in rec:
-        raise UserError(f"{path} ({where}): expected an object with 'task_type' and 'skill' (or 'episode_skill')")
-    if rec.get("reason"):  # a rejected annotate record
-        return []
-    skill = rec.get("skill", rec.get("episode_skill"))
-    if skill is None:
-        return []
-    return [(rec["task_type"], skill, where)]
 
 
 # --------------------------------------------------------------------------------------------- turn-samples
@@ -143,12 +35,15 @@ def _record(rec: object, where: str, path: Path) -> list[tuple[str, object, str]
 
 @dataclass
 class TurnSample:
-    """One training sample: one turn of one episode, and the scores re-scoring fills in (each [R] fp32, CPU)."""
+    """One training sample: one turn of one episode, and the scores re-scoring fills in (each [R] fp32, CPU).
+
+    A rank renders (tokenises) only the samples it trains on; for the others it knows the token counts
+    (`prompt_len`, `skill_prompt_len`), which is all that packing and loss normalisation need."""
 
     episode_index: int
     turn_index: int
     group_id: str
-    prompt_ids: list[int]
+    prompt_ids: list[int] | None
     response_ids: list[int]
     skill_prompt_ids: list[int] | None
     score: float
@@ -156,53 +51,104 @@ class TurnSample:
     old_logp: torch.Tensor | None = field(default=None, repr=False)
     ref_logp: torch.Tensor | None = field(default=None, repr=False)
     skill_logp: torch.Tensor | None = field(default=None, repr=False)
+    has_skill: bool = False  # a skill-augmented prompt exists (so ℓ_skill is scored and OPD applies)
+    prompt_len: int = -1
+    skill_prompt_len: int = -1
+    prompt: str = field(default="", repr=False)  # the turn's user message, kept until rendered
+    skill_prompt: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.prompt_ids is not None:
+            self.prompt_len = len(self.prompt_ids)
+        if self.skill_prompt_ids is not None:
+            self.skill_prompt_len = len(self.skill_prompt_ids)
+            self.has_skill = True
+
+    @property
+    def rendered(self) -> bool:
+        return self.prompt_ids is not None
 
     @property
     def length(self) -> int:
-        return len(self.prompt_ids) + len(self.response_ids)
+        return self.prompt_len + len(self.response_ids)
 
     @property
     def skill_length(self) -> int:
-        return len(self.skill_prompt_ids or ()) + len(self.response_ids)
+        return max(self.skill_prompt_len, 0) + len(self.response_ids)
+
+    @property
+    def response_tokens(self) -> int:
+        return len(self.response_ids)
 
 
 def build_turn_samples(
     episodes: Sequence,
     skills: Sequence[str | None],
-    render: Callable[[str], list[int]],
+    render: Callable[[str], list[int]] | None,
     *,
     with_skill_context: bool = True,
     win_reward: float = 10.0,
     invalid_penalty: float = 0.1,
+    normalize_std: bool = True,
 ) -> list[TurnSample]:
     """Turn-samples of `episodes` (Trajectory records) with GRPO advantages: each turn scores
-    `win_reward·won − invalid_penalty·invalid`, normalised over all turn-samples of its group. `skills[i]` is
-    episode i's skill (None: no valid skill, so no teacher context and no OPD on its tokens). Turns without
-    response tokens are dropped."""
+    `win_reward·won − invalid_penalty·invalid`, normalised over all turn-samples of its group (mean and std, or the
+    mean only). `skills[i]` is episode i's skill (None: no valid skill, so no teacher context and no OPD on its
+    tokens). Turns without response tokens are dropped. `render=None` leaves the prompts untokenised: render the ones
+    this rank needs with `render_samples`."""
     samples: list[TurnSample] = []
     for ei, (ep, skill) in enumerate(zip(episodes, skills, strict=True)):
         for ti, turn in enumerate(ep.turns):
             if not turn.response_ids:
                 continue
-            skill_ids = render(insert_skill(turn.prompt, skill)) if (skill and with_skill_context) else None
+            insert_skill = get_env(getattr(ep, "env", "alfworld")).insert_skill  # after the env's task line
+            skill_prompt = insert_skill(turn.prompt, skill) if (skill and with_skill_context) else None
             samples.append(
                 TurnSample(
                     episode_index=ei,
                     turn_index=ti,
                     group_id=ep.group_id,
-                    prompt_ids=list(render(turn.prompt)),
+                    prompt_ids=None,
                     response_ids=list(turn.response_ids),
-                    skill_prompt_ids=list(skill_ids) if skill_ids is not None else None,
+                    skill_prompt_ids=None,
                     score=turn_scores(ep.won, turn.valid, win_reward=win_reward, invalid_penalty=invalid_penalty),
+                    has_skill=skill_prompt is not None,
+                    prompt=turn.prompt,
+                    skill_prompt=skill_prompt,
                 )
             )
     if samples:
         adv = group_advantages(
-            torch.tensor([s.score for s in samples], dtype=torch.float64), [s.group_id for s in samples]
+            torch.tensor([s.score for s in samples], dtype=torch.float64),
+            [s.group_id for s in samples],
+            normalize_std=normalize_std,
         )
         for s, a in zip(samples, adv.tolist(), strict=False):
             s.advantage = float(a)
+    if render is not None:
+        render_samples(samples, range(len(samples)), render)
     return samples
+
+
+def render_samples(samples: Sequence[TurnSample], indices: Iterable[int], render: Callable[[str], list[int]]) -> None:
+    """Tokenise the prompts (and skill prompts) of `samples[i]` for i in `indices`, in place."""
+    for i in indices:
+        s = samples[i]
+        s.prompt_ids = list(render(s.prompt))
+        s.prompt_len = len(s.prompt_ids)
+        if s.skill_prompt is not None:
+            s.skill_prompt_ids = list(render(s.skill_prompt))
+            s.skill_prompt_len = len(s.skill_prompt_ids)
+
+
+def share_lengths(samples: Sequence[TurnSample], mine: Sequence[int], gather: Callable[[Any], list[Any]]) -> None:
+    """Every rank renders only its own samples; exchange the prompt lengths so every rank can pack and normalise
+    every rank's share identically. `gather` is an all-gather of a picklable object (identity on one process)."""
+    local = [(i, samples[i].prompt_len, samples[i].skill_prompt_len) for i in mine]
+    for part in gather(local):
+        for i, plen, slen in part:
+            samples[i].prompt_len = plen
+            samples[i].skill_prompt_len = slen
 
 
 def pad_right(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,12 +170,18 @@ def score_responses(
     max_tokens: int,
     pad_id: int,
     device: torch.device | str = "cpu",
+    sync_count: Callable[[int], int] | None = None,
 ) -> list[torch.Tensor]:
     """Log-prob of each response token given its prompt, for (prompt_ids, response_ids) pairs; returns one fp32
-    CPU tensor [R_i] per pair. Pairs are packed into micro-batches by length (count × longest ≤ `max_tokens`)."""
+    CPU tensor [R_i] per pair. Pairs are packed into micro-batches by length (count × longest ≤ `max_tokens`).
+
+    `sync_count(n)` → the largest n over all ranks: under FSDP every forward is a set of collectives, so a rank with
+    fewer micro-batches (or none) runs padding forwards until every rank has run the same number."""
     out: list[torch.Tensor | None] = [None] * len(contexts)
     lengths = [len(p) + len(r) for p, r in contexts]
-    for batch in pack_by_length(lengths, max_tokens):
+    batches = pack_by_length(lengths, max_tokens)
+    total = sync_count(len(batches)) if sync_count is not None else len(batches)
+    for batch in batches:
         rows = [list(contexts[i][0]) + list(contexts[i][1]) for i in batch]
         ids, attn = pad_right(rows, pad_id)
         resp = torch.zeros_like(ids, dtype=torch.float32)  # [B, T]
@@ -240,6 +192,11 @@ def score_responses(
         for b, i in enumerate(batch):
             p, r = len(contexts[i][0]), len(contexts[i][1])
             out[i] = logp[b, p : p + r].clone()
+    for _ in range(total - len(batches)):
+        # a padding forward that touches every parameter (lm_head included), like a real micro-batch
+        ids, attn = pad_right([[pad_id, pad_id, pad_id]], pad_id)
+        resp = torch.tensor([[0.0, 0.0, 1.0]])
+        score_fn(ids.to(device), attn.to(device), resp.to(device))
     return out  # type: ignore[return-value]
 
 
@@ -253,10 +210,21 @@ def rescore_samples(
     pad_id: int,
     device: torch.device | str = "cpu",
     timings: dict[str, float] | None = None,
-) -> None:
+    sync_count: Callable[[int], int] | None = None,
+) -> dict[str, int]:
     """Fill ℓ_old, ℓ_ref (when `ref_fn`) and ℓ_skill (when `teacher`, for samples with a skill prompt) in place.
-    `timings` (if given) receives seconds for 'old', 'ref' and 'teacher'."""
+    `timings` (if given) receives seconds for 'old', 'ref' and 'teacher'. With `sync_count` (several ranks) every
+    pass runs the same number of forwards on every rank. Returns the forwards run per pass (padding included)."""
     import time
+
+    counts: dict[str, int] = {}
+
+    def counting(key: str) -> Callable[[int], int]:
+        def fn(n: int) -> int:
+            counts[key] = sync_count(n) if sync_count is not None else n
+            return counts[key]
+
+        return fn
 
     def timed(key: str, fn):
         t0 = time.perf_counter()
@@ -267,16 +235,20 @@ def rescore_samples(
 
     kw = dict(max_tokens=max_tokens, pad_id=pad_id, device=device)
     plain = [(s.prompt_ids, s.response_ids) for s in samples]
-    for s, lp in zip(samples, timed("old", lambda: score_responses(old_fn, plain, **kw)), strict=False):
+    scored = timed("old", lambda: score_responses(old_fn, plain, sync_count=counting("old"), **kw))
+    for s, lp in zip(samples, scored, strict=True):
         s.old_logp = lp
     if ref_fn is not None:
-        for s, lp in zip(samples, timed("ref", lambda: score_responses(ref_fn, plain, **kw)), strict=False):
+        scored = timed("ref", lambda: score_responses(ref_fn, plain, sync_count=counting("ref"), **kw))
+        for s, lp in zip(samples, scored, strict=True):
             s.ref_logp = lp
     if teacher:
         with_skill = [s for s in samples if s.skill_prompt_ids is not None]
         ctx = [(s.skill_prompt_ids, s.response_ids) for s in with_skill]
-        for s, lp in zip(with_skill, timed("teacher", lambda: score_responses(old_fn, ctx, **kw)), strict=False):
+        scored = timed("teacher", lambda: score_responses(old_fn, ctx, sync_count=counting("teacher"), **kw))
+        for s, lp in zip(with_skill, scored, strict=True):
             s.skill_logp = lp
+    return counts
 
 
 # --------------------------------------------------------------------------------------------- weight-sync probe

@@ -1,4 +1,4 @@
-"""Which training games each RL update plays: a seeded, type-balanced order, its first `train_fraction`, walked
+"""Which training tasks each RL update plays: a seeded, category-balanced order, its first `train_fraction`, walked
 `batch_tasks` games at a time and reshuffled at every pass over it. The whole state is one integer (`position`),
 saved with each checkpoint, so a resumed run plays exactly the games an uninterrupted one would have played.
 """
@@ -12,6 +12,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 G = TypeVar("G")
+
+
+def category_of(task: Any) -> str:
+    """A task's category (`Task.category`; older game objects name it `task_type`)."""
+    category = getattr(task, "category", None)
+    return category if category is not None else task.task_type
 
 
 def _rng(*parts: object) -> random.Random:
@@ -30,7 +36,7 @@ def interleave_by_type(games: Sequence[G], type_of: Callable[[G], str]) -> list[
     return out
 
 
-def balanced_order(games: Sequence[G], seed: int, type_of: Callable[[G], str] = lambda g: g.task_type) -> list[G]:
+def balanced_order(games: Sequence[G], seed: int, type_of: Callable[[G], str] = category_of) -> list[G]:
     """A seeded order of `games`: shuffled within each task type, then interleaved round-robin over the types."""
     by_type: dict[str, list[G]] = defaultdict(list)
     for g in games:
@@ -53,7 +59,7 @@ class TaskSampler(Generic[G]):
         batch_tasks: int,
         seed: int,
         train_fraction: float = 1.0,
-        type_of: Callable[[G], str] = lambda g: g.task_type,
+        type_of: Callable[[G], str] = category_of,
     ):
         if not games:
             raise ValueError("no training games to sample from")

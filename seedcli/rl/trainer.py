@@ -1,12 +1,13 @@
 """One policy update on re-scored turn-samples, and the checkpoints that let a run stop and continue
 (DESIGN.md §1, Stage 2 step 5).
 
-Per micro-batch (token mean over the response mask):  L = L_ppo + kl_coef·KL − entropy_coef·H + opd_coef·L_opd
-with dual-clip PPO on ratio exp(ℓ_θ − ℓ_old), k3 KL(θ‖ref), and the gated OPD term on tokens of episodes with a
-valid skill. One epoch: the update's turn-samples are shuffled (seeded) into mini-batches of `mini_batch`; each
-mini-batch is split over the ranks and, on each rank, packed into micro-batches by length; gradients accumulate
-over the micro-batches (each scaled so the mini-batch gradient is the mean of all micro-batch gradients across
-ranks) and one AdamW step follows, after clipping the grad norm.
+L = L_ppo + kl_coef·KL − entropy_coef·H + opd_coef·L_opd, each a token mean over the whole mini-batch across
+ranks: a micro-batch contributes the sum of its per-token terms divided by the mini-batch's response-token count
+(OPD: its OPD-token count), so the result does not depend on the world size or the micro-batch size (verl's
+"token-mean"). One epoch: the update's turn-samples are shuffled (seeded) into mini-batches of `mini_batch`; each
+mini-batch is split over the ranks and, on each rank, packed into micro-batches by length; every rank runs the
+same number of micro-batches (padding with zero-weight ones: each FSDP forward/backward is a set of collectives);
+gradients accumulate and one AdamW step follows, after clipping the grad norm.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from seedcli.rl.distributed import (
     reshard,
 )
 from seedcli.rl.logprobs import pack_by_length, sequence_logprobs
-from seedcli.rl.losses import low_var_kl, masked_mean, opd_loss, ppo_clip_loss, ppo_clip_stats, total_loss
+from seedcli.rl.losses import _reduce, low_var_kl, opd_loss, ppo_clip_loss, ppo_clip_stats, total_loss
 from seedcli.rl.rescoring import TurnSample, pad_right
 from seedcli.rl.sampler import hash_seed
 
@@ -133,9 +134,35 @@ def collate(samples: Sequence[TurnSample], pad_id: int, device: torch.device | s
 
 
 def _dummy_sample(pad_id: int) -> TurnSample:
-    """A three-token sample for a rank with no share of a mini-batch: it still joins the gradient sync, with weight 0."""
+    """A three-token sample for padding micro-batches: it runs forward and backward through every parameter (so the
+    collectives match the other ranks') and is given weight 0."""
     zero = torch.zeros(1)
     return TurnSample(-1, -1, "", [pad_id, pad_id], [pad_id], None, 0.0, 0.0, zero, zero, None)
+
+
+@dataclass
+class MicroBatchPlan:
+    """What one rank runs for one mini-batch: its micro-batches (sample indices), how many every rank runs
+    (padding included), and the mini-batch's token counts across all ranks (the loss denominators)."""
+
+    micro: list[list[int]]
+    n_micro: int
+    tokens: int
+    opd_tokens: int
+
+
+def plan_micro_batches(
+    samples: Sequence[TurnSample], shares: list[list[int]], rank: int, micro_tokens: int, opd: bool = True
+) -> MicroBatchPlan:
+    """Pack every rank's share of one mini-batch by length (every rank knows every sample's length, so all ranks
+    compute the same plan without a collective) and count the mini-batch's response and OPD tokens."""
+    packs = [pack_by_length([samples[i].length for i in share], micro_tokens) if share else [] for share in shares]
+    n_micro = max(1, max(len(p) for p in packs))
+    everything = [i for share in shares for i in share]
+    tokens = sum(samples[i].response_tokens for i in everything)
+    opd_tokens = sum(samples[i].response_tokens for i in everything if opd and samples[i].has_skill)
+    mine = [[shares[rank][k] for k in mb] for mb in packs[rank]]
+    return MicroBatchPlan(mine, n_micro, tokens, opd_tokens)
 
 
 # --------------------------------------------------------------------------------------------- the loss
@@ -156,17 +183,27 @@ _STAT_KEYS = (
 )
 
 
-def micro_batch_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor], w: LossWeights, use_ref: bool):
-    """(loss, per-component losses, token-weighted sums for the metrics) of one micro-batch."""
+def micro_batch_loss(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    w: LossWeights,
+    use_ref: bool,
+    denoms: tuple[float, float] | None = None,
+):
+    """(loss, per-component losses, token-weighted sums for the metrics) of one micro-batch.
+
+    `denoms` = (response tokens, OPD tokens) of the whole mini-batch across ranks: each term is then this
+    micro-batch's share of the mini-batch token mean. Without it, each term is the micro-batch's own token mean."""
     logp, entropy = model(batch["input_ids"], batch["attention_mask"], batch["response_mask"], with_entropy=True)
     mask = batch["response_mask"]
-    pg = ppo_clip_loss(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip)
-    kl = masked_mean(low_var_kl(logp, batch["ref_logp"]), mask) if use_ref else logp.new_zeros(())
-    ent = masked_mean(entropy, mask)
+    n_all, n_opd_all = denoms if denoms is not None else (None, None)
+    pg = ppo_clip_loss(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip, denom=n_all)
+    kl = _reduce(low_var_kl(logp, batch["ref_logp"]), mask, n_all) if use_ref else logp.new_zeros(())
+    ent = _reduce(entropy, mask, n_all)
     opd_mask = batch["opd_mask"]
     n_opd = opd_mask.sum()
     if n_opd > 0:
-        opd, gate = opd_loss(logp, batch["skill_logp"], opd_mask, w.opd_beta)
+        opd, gate = opd_loss(logp, batch["skill_logp"], opd_mask, w.opd_beta, denom=n_opd_all)
     else:
         opd, gate = logp.new_zeros(()), torch.zeros_like(logp)
     loss = total_loss(pg, kl, ent, opd, kl_coef=w.kl_coef, entropy_coef=w.entropy_coef, opd_coef=w.opd_coef)
@@ -175,17 +212,20 @@ def micro_batch_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor], w: 
         n = mask.sum()
         clip = ppo_clip_stats(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip)
         delta = (batch["skill_logp"] - logp.detach()) * opd_mask
+        # token-weighted sums of this micro-batch (the metrics are token means over the whole update)
+        per = float(n_all) if n_all is not None else n  # what pg, kl and ent were divided by
+        per_opd = float(n_opd_all) if n_opd_all is not None else n_opd
         sums = torch.stack(
             [
                 n,
-                pg.detach() * n,
-                kl.detach() * n,
-                ent.detach() * n,
+                pg.detach() * per,
+                kl.detach() * per,
+                ent.detach() * per,
                 clip["actor/clip_frac"] * n,
                 clip["actor/clip_frac_lower"] * n,
                 clip["actor/ppo_kl"] * n,
                 n_opd,
-                opd.detach() * n_opd,
+                opd.detach() * per_opd if n_opd > 0 else opd.detach(),
                 (gate * opd_mask).sum(),
                 torch.where(opd_mask > 0, delta, torch.zeros_like(delta)).sum(),
             ]
@@ -217,21 +257,21 @@ def train_update(
     skipped, cause = False, None
     model.train()
     optimizer.zero_grad(set_to_none=True)
+    # FSDP: reduce-scatter every micro-batch (no-sync would hold the whole unsharded fp32 gradient until the last);
+    # DDP: all-reduce once per mini-batch (its gradients are full-size either way)
+    sync_every = info.fsdp
+    opd_on = weights.opd_coef > 0
     for j, shares in enumerate(plan):
-        # micro-batches of every rank (all ranks know every sample's length), so each rank can scale its share
-        packs = [pack_by_length([samples[i].length for i in share], micro_tokens) if share else [] for share in shares]
-        total_micro = sum(len(p) for p in packs)
-        mine = [[shares[info.rank][k] for k in mb] for mb in packs[info.rank]]
-        micro: list[tuple[list[TurnSample], float]] = [
-            ([samples[i] for i in mb], info.world / total_micro) for mb in mine
-        ]
-        if not micro:
-            micro = [([_dummy_sample(pad_id)], 0.0)]
+        mbp = plan_micro_batches(samples, shares, info.rank, micro_tokens, opd=opd_on)
+        # DDP and FSDP average gradients over ranks, so each rank's loss carries a factor `world`
+        denoms = (float(mbp.tokens), float(mbp.opd_tokens))
+        micro: list[tuple[list[TurnSample], float]] = [([samples[i] for i in mb], float(info.world)) for mb in mbp.micro]
+        micro += [([_dummy_sample(pad_id)], 0.0)] * (mbp.n_micro - len(micro))
         local_bad: list[str] = []
         for k, (mb, scale) in enumerate(micro):
             batch = collate(mb, pad_id, info.device)
-            with gradient_sync(model, enabled=k == len(micro) - 1):
-                loss, parts, mb_sums = micro_batch_loss(model, batch, weights, use_ref)
+            with gradient_sync(model, enabled=sync_every or k == len(micro) - 1):
+                loss, parts, mb_sums = micro_batch_loss(model, batch, weights, use_ref, denoms)
                 (loss * scale).backward()
             if scale > 0:
                 sums += mb_sums.cpu()
@@ -337,10 +377,12 @@ def save_checkpoint(
     info: DistInfo,
     state: dict[str, Any],
     keep: int = 0,
+    model_dtype: torch.dtype = torch.float32,
 ) -> Path:
-    """`root/step_NNNNNN/` with model/ (HF format + tokenizer), the optimizer, every rank's RNG state and
-    state.json; written into a temporary directory and renamed, then `root/latest` moves to it. Every rank calls it.
-    `keep` > 0 deletes all but the newest `keep` checkpoints."""
+    """`root/step_NNNNNN/` with model/ (HF format + tokenizer, in `model_dtype`: bf16 on GPU, what eval and vLLM
+    load), the optimizer, the fp32 master weights when the model is saved in a lower precision (so a resume
+    continues exactly), every rank's RNG state and state.json; written into a temporary directory and renamed, then
+    `root/latest` moves to it. Every rank calls it. `keep` > 0 deletes all but the newest `keep` checkpoints."""
     reshard(train_module)  # state dicts must see the sharded parameters the optimizer holds
     root = Path(root)
     final = root / step_dir_name(step)
@@ -351,17 +393,28 @@ def save_checkpoint(
         (tmp / "model").mkdir(parents=True)
     barrier(info)
 
+    lossy = model_dtype != torch.float32
     if info.fsdp:
-        sd = full_state_dict(lm, keep=info.is_main)  # collective: every rank gathers, rank 0 keeps
+        sd = full_state_dict(lm, keep=info.is_main, dtype=model_dtype)  # collective: every rank gathers, rank 0 keeps
         if info.is_main:
-            _save_hf_state_dict(lm, sd, tmp / "model")
+            _save_hf_state_dict(lm, sd, tmp / "model", model_dtype)
         del sd
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
-        dcp.save({"optimizer": get_optimizer_state_dict(train_module, optimizer)}, checkpoint_id=str(tmp / "optimizer"))
+        blob = {"optimizer": get_optimizer_state_dict(train_module, optimizer)}
+        if lossy:  # the sharded fp32 master weights, for an exact resume
+            blob["model"] = get_model_state_dict(train_module)
+        dcp.save(blob, checkpoint_id=str(tmp / "optimizer"))
     elif info.is_main:
-        lm.save_pretrained(tmp / "model", safe_serialization=True)
+        if lossy:
+            lm.save_pretrained(
+                tmp / "model", safe_serialization=True, state_dict={k: v.to(model_dtype) for k, v in lm.state_dict().items()}
+            )
+            _set_config_dtype(tmp / "model", model_dtype)
+            torch.save({k: v.detach().cpu() for k, v in lm.state_dict().items()}, tmp / "master.pt")
+        else:
+            lm.save_pretrained(tmp / "model", safe_serialization=True)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     rngs = all_gather_object(rng_state(), info)
     if info.is_main:
@@ -379,7 +432,9 @@ def save_checkpoint(
     return final
 
 
-def _save_hf_state_dict(lm: torch.nn.Module, sd: dict[str, torch.Tensor], out: Path) -> None:
+def _save_hf_state_dict(
+    lm: torch.nn.Module, sd: dict[str, torch.Tensor], out: Path, dtype: torch.dtype = torch.float32
+) -> None:
     """A gathered state dict in Hugging Face format (safetensors + config), for the FSDP path."""
     from safetensors.torch import save_file
 
@@ -388,8 +443,19 @@ def _save_hf_state_dict(lm: torch.nn.Module, sd: dict[str, torch.Tensor], out: P
         sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
     save_file({k: v.contiguous() for k, v in sd.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
     cfg.save_pretrained(out)
+    _set_config_dtype(out, dtype)
     if getattr(lm, "generation_config", None) is not None:
         lm.generation_config.save_pretrained(out)
+
+
+def _set_config_dtype(model_dir: Path, dtype: torch.dtype) -> None:
+    """Record the saved weights' dtype in config.json (vLLM and transformers load in it)."""
+    path = Path(model_dir) / "config.json"
+    cfg = json.loads(path.read_text())
+    name = str(dtype).removeprefix("torch.")
+    cfg["dtype"] = name
+    cfg.pop("torch_dtype", None)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def _point(link: Path, target: str) -> None:
@@ -426,12 +492,26 @@ def load_optimizer_and_rng(
     reshard(train_module)
     if info.fsdp:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
         sd = {"optimizer": get_optimizer_state_dict(train_module, optimizer)}
+        metadata = dcp.FileSystemReader(str(ckpt / "optimizer")).read_metadata()
+        has_master = any(key.startswith("model.") for key in metadata.state_dict_metadata)
+        if has_master:  # the model/ weights are bf16: restore the fp32 master weights they were cast from
+            sd["model"] = get_model_state_dict(train_module)
         dcp.load(sd, checkpoint_id=str(ckpt / "optimizer"))
+        if has_master:
+            set_model_state_dict(train_module, sd["model"])
         set_optimizer_state_dict(train_module, optimizer, sd["optimizer"])
     else:
+        if (ckpt / "master.pt").exists():
+            master = torch.load(ckpt / "master.pt", map_location=info.device, weights_only=True)
+            getattr(train_module, "module", train_module).lm.load_state_dict(master)
         optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=info.device, weights_only=False))
     rngs = torch.load(ckpt / "rng.pt", weights_only=False)
     set_rng_state(rngs[info.rank] if info.rank < len(rngs) else rngs[0])
@@ -453,6 +533,7 @@ __all__ = [
     "latest_checkpoint",
     "load_optimizer_and_rng",
     "micro_batch_loss",
+    "plan_micro_batches",
     "plan_minibatches",
     "rank_indices",
     "read_checkpoint_state",

@@ -38,6 +38,7 @@ from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, open_run,
 from seedcli.config import RLConfig
 from seedcli.errors import UserError
 from seedcli.rl.rescoring import SkillLibrary, load_skill_library
+from seedcli.rl.skill_library import default_library_path
 
 DEFAULT_STATIC_SKILLS = REPO_ROOT / "data" / "static_skills.json"
 WORKER_FILE = "worker.json"
@@ -73,10 +74,10 @@ def resolve_plan(cfg: RLConfig) -> Plan:
         return Plan("none", None, 0.0, cfg.opd_beta)
     beta = 0.0 if cfg.algo == "opsd" else cfg.opd_beta
     if spec.startswith("static:"):
-        return Plan("static", load_skill_library(spec.split(":", 1)[1]), cfg.opd_coef, beta)
+        return Plan("static", load_skill_library(spec.split(":", 1)[1], cfg.env), cfg.opd_coef, beta)
     if spec == "self":
         if cfg.algo == "sdar":  # SDAR distils from a fixed skill library, never from the live analyzer
-            return Plan("static", load_skill_library(DEFAULT_STATIC_SKILLS), cfg.opd_coef, beta)
+            return Plan("static", load_skill_library(default_library_path(cfg.env), cfg.env), cfg.opd_coef, beta)
         return Plan("self", None, cfg.opd_coef, beta)
     if spec == "none":
         if cfg.algo == "sdar":
@@ -118,16 +119,16 @@ def world_size(cfg: RLConfig) -> int:
 
 
 def run(cfg: RLConfig) -> Manifest:
-    from seedcli.envs.alfworld import list_games, resolve_data_root, resolve_split
     from seedcli.rl.distributed import launch, torchrun_command
     from seedcli.rl.trainer import latest_checkpoint, read_checkpoint_state, step_dir_name
+    from seedcli.stages.collect import make_env
 
     plan = resolve_plan(cfg)
     model_dir, source = resolve_start_model(cfg)
     world = world_size(cfg)
-    root = resolve_data_root(cfg.data_root)
-    if not list_games(root, resolve_split(cfg.split)):
-        raise UserError(f"no {cfg.split} games under {root}; check --data-root / $ALFWORLD_DATA")
+    env = make_env(cfg)
+    if not env.list_tasks(env.resolve_split(cfg.split)):  # missing data is a UserError here, before any launch
+        raise UserError(f"no {cfg.split} tasks for {env.title}; check --data-root")
     multi_node = bool(cfg.torchrun_args)
     if node_rank(cfg.torchrun_args) > 0:
         return _follower_node(cfg, model_dir, world)
@@ -264,7 +265,8 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     """The training loop on this process (rank); rank 0 writes metrics, samples, checkpoints and summary.json."""
     import torch
 
-    from seedcli.envs.alfworld import EnvPool, list_games, resolve_data_root, resolve_split, select_games
+    from seedcli.engines.checksum import checksum_names, trainer_checksums
+    from seedcli.envs.pool import EnvPool
     from seedcli.progress import StageProgress
     from seedcli.rl import distributed as D
     from seedcli.rl.rescoring import check_probe, score_responses
@@ -281,7 +283,13 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
 
     run_dir = Path(run_dir)
     plan = resolve_plan(cfg)
-    info = D.init_distributed(use_cuda=cfg.gpus > 0, fsdp=None if cfg.parallel == "auto" else cfg.parallel == "fsdp")
+    import datetime
+
+    info = D.init_distributed(
+        use_cuda=cfg.gpus > 0,
+        fsdp=None if cfg.parallel == "auto" else cfg.parallel == "fsdp",
+        timeout=datetime.timedelta(minutes=cfg.collective_timeout_min),
+    )
     run_dir = Path(D.broadcast_object(str(run_dir), info))  # multi-node: every rank uses node 0's run directory
     if info.world > 1 and info.device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.world))
@@ -308,7 +316,8 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
         lm.float()
     else:
         lm = _load_lm(start_dir, info)
-    if cfg.gradient_checkpointing:
+    # on by default on GPU: a 3B model's activations for 16k-token micro-batches are ~76 GiB without it
+    if cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else info.device.type == "cuda":
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for p in lm.parameters():
         p.requires_grad_(True)
@@ -332,13 +341,15 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     timing_load = time.perf_counter() - t_load
 
     # ---- games
-    root = resolve_data_root(cfg.data_root)
-    sampler = TaskSampler(list_games(root, resolve_split(cfg.split)), cfg.batch_tasks, cfg.seed, cfg.train_fraction)
+    from seedcli.stages.collect import make_env
+
+    env = make_env(cfg)
+    sampler = TaskSampler(env.list_tasks(env.resolve_split(cfg.split)), cfg.batch_tasks, cfg.seed, cfg.train_fraction)
     if state.get("sampler"):
         sampler.load_state_dict(state["sampler"])
     val_games = []
     if cfg.val_every:
-        val_games = select_games(list_games(root, resolve_split(cfg.val_split)), cfg.val_games, cfg.seed)
+        val_games = env.select_tasks(env.list_tasks(env.resolve_split(cfg.val_split)), cfg.val_games, cfg.seed)
 
     sample_every = cfg.sample_every or cfg.val_every or 1
     weights = LossWeights(cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, plan.opd_coef, plan.opd_beta)
@@ -381,6 +392,9 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
         cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, tokenizer=tokenizer, pad_id=pad_id,
         train_model=train_model, ref_model=ref_model, optimizer=optimizer, lm=lm, shared=shared, weights=weights,
         base_settings=base_settings, score_fn=score_fn, check_sync=check_sync,
+        checksum_names=checksum_names(
+            lm.config.num_hidden_layers, bool(D.tied_names(lm)), linear=not getattr(engine, "on_cpu", False)
+        ),
     )  # fmt: skip
 
     trained = 0
@@ -388,11 +402,16 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     t_run = time.perf_counter()
     try:
         with (
-            EnvPool(cfg.workers, data_root=root) as pool,
+            EnvPool(env, env_workers(cfg, info.world)) as pool,
             StageProgress("rl", cfg.steps, enabled=info.is_main) as progress,
         ):
             progress.advance(start_step)
-            check_sync(start_step)  # before any update: a broken engine fails now, not after an hour of rollouts
+            # before any update: a broken engine fails now, not after an hour of rollouts
+            check_sync(start_step)
+            if not shared:
+                dtype = engine_weight_dtype(engine, info)
+                start_sums = trainer_checksums(D.iter_full_params(lm, dtype=dtype), ctx.checksum_names, dtype)
+                check_checksums(start_sums, engine_checksums(engine, list(start_sums)), start_step)
             for step in range(start_step + 1, cfg.steps + 1):
                 t_step = time.perf_counter()
                 record, sample = _update(ctx, pool, sampler, step, want_sample=step % sample_every == 0)
@@ -426,6 +445,7 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
                             "metrics": {k: v for k, v in record.items() if isinstance(v, (int, float))},
                         },
                         keep=cfg.keep_checkpoints,
+                        model_dtype=checkpoint_dtype(cfg, info),
                     )
                     if info.is_main:
                         print(f"[rl] update {step}: checkpoint {ckpt_root / f'step_{step:06d}'} "
@@ -513,16 +533,58 @@ def _load_engine(cfg: RLConfig, model_dir: Path, info) -> tuple[Any, dict]:
     if cfg.engine != "vllm":
         device = str(info.device) if info.fsdp else cfg.device
         return load_engine("hf", model_dir, device=device, seed=cfg.seed), meta
+
+    return load_engine("vllm", model_dir, **vllm_engine_kwargs(cfg, model_dir, info)), meta
+
+
+def vllm_engine_kwargs(cfg: RLConfig, model_dir: Path, info) -> dict[str, Any]:
+    """The rollout engine's vLLM arguments on this rank. Every rank owns an independent engine (data-parallel size
+    1, as TRL's colocate mode): ranks play different games and so call `generate` different numbers of times, and a
+    vLLM data-parallel group would all-reduce on every engine step (`has_unfinished_dp`) and hang. Per-rank seeds;
+    each request also carries its own seed."""
     from transformers import AutoConfig
 
+    if cfg.vllm_tensor_parallel != 1:
+        raise UserError(
+            f"vllm_tensor_parallel={cfg.vllm_tensor_parallel}: each rank plays its own games, so a tensor-parallel "
+            "engine spanning ranks would need their prompts gathered first, which seed rl does not do; use 1 (a "
+            "model up to ~14B fits one 80 GB GPU's vLLM share in bf16)"
+        )
     max_pos = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", cfg.max_model_len)
-    kw: dict[str, Any] = {"max_model_len": min(cfg.max_model_len, max_pos), "max_num_seqs": max(cfg.gen_batch, 8)}
+    kw: dict[str, Any] = {
+        "max_model_len": min(cfg.max_model_len, max_pos),
+        "max_num_seqs": max(cfg.gen_batch, 8),
+        "seed": cfg.seed + info.rank,
+    }
     if info.device.type == "cuda":
-        kw.update(gpu_memory_utilization=cfg.vllm_gpu_memory, enable_sleep_mode=True, dtype="bfloat16")
+        kw.update(
+            gpu_memory_utilization=cfg.vllm_gpu_memory,
+            enable_sleep_mode=True,
+            sleep_level=cfg.vllm_sleep_level,
+            dtype="bfloat16",
+        )
         if info.world > 1:
-            # one independent engine per rank inside the torchrun job (vLLM's external launcher, data parallel)
-            kw.update(distributed_executor_backend="external_launcher", data_parallel_size=info.world)
-    return load_engine("vllm", model_dir, seed=cfg.seed, **kw), meta
+            # inside the torchrun job: vLLM joins the trainer's process group without spawning workers
+            kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+    return kw
+
+
+def env_workers(cfg: RLConfig, world: int) -> int:
+    """Environment worker processes per rank: the configured number, else enough for 16 live games (8), capped by
+    this rank's share of the CPU cores."""
+    if cfg.workers is not None:
+        return cfg.workers
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, cores // max(1, world)))
+
+
+def checkpoint_dtype(cfg: RLConfig, info):
+    """dtype of the checkpoints' model weights: bf16 on GPU (what vLLM serves them in; half the disk), fp32 on CPU."""
+    import torch
+
+    if cfg.checkpoint_dtype == "auto":
+        return torch.bfloat16 if info.device.type == "cuda" else torch.float32
+    return getattr(torch, cfg.checkpoint_dtype)
 
 
 def _load_lm(path: Path, info, dtype=None):
@@ -574,6 +636,7 @@ class _Context:
     base_settings: Any
     score_fn: Any
     check_sync: Any
+    checksum_names: list[str] = dataclasses.field(default_factory=list)
 
 
 def _sleep(engine) -> None:
@@ -581,9 +644,102 @@ def _sleep(engine) -> None:
         engine.sleep()
 
 
-def _wake(engine) -> None:
-    if hasattr(engine, "wake_up"):
+def _wake(engine, tags: list[str] | None = None) -> None:
+    if getattr(engine, "name", "") == "vllm":
+        engine.wake_up(tags)
+    elif hasattr(engine, "wake_up"):
         engine.wake_up()
+
+
+def _release_cuda_cache(info) -> None:
+    """Hand the trainer's cached CUDA blocks back before vLLM re-allocates (else they count against its share)."""
+    import gc
+
+    import torch
+
+    if info.device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def refresh_engine(ctx: _Context, step: int) -> dict[str, float]:
+    """Wake the engine's weights, stream the new weights into it one parameter at a time (gathered under FSDP, cast
+    to the engine's dtype, a tied lm_head skipped), release the cache, wake the KV cache, then prove the refresh:
+    exact checksums of some of the engine's own tensors against the trainer's, and the probe."""
+    from seedcli.engines.checksum import trainer_checksums
+    from seedcli.rl import distributed as D
+
+    info, engine = ctx.info, ctx.engine
+    _release_cuda_cache(info)
+    _wake(engine, ["weights"])
+    trainer_sums: dict[str, list[int]] = {}
+    if not ctx.shared:
+        dtype = engine_weight_dtype(engine, info)
+        wanted = set(ctx.checksum_names)
+
+        def stream():
+            for name, tensor in D.iter_full_params(ctx.lm, dtype=dtype, skip=D.tied_names(ctx.lm)):
+                if name in wanted:
+                    trainer_sums.update(trainer_checksums([(name, tensor)], [name], dtype))
+                yield name, (tensor if info.device.type == "cuda" or ctx.engine.name == "vllm" else tensor.cpu())
+
+        if getattr(engine, "name", "") == "vllm":
+            engine.update_weights(stream())
+        else:
+            engine.update_weights(dict(stream()))
+    _release_cuda_cache(info)
+    _wake(engine, ["kv_cache"])
+    sync = ctx.check_sync(step)
+    if not ctx.shared:
+        sync.update(check_checksums(trainer_sums, engine_checksums(engine, list(trainer_sums)), step))
+    return sync
+
+
+def engine_weight_dtype(engine, info):
+    """The dtype the rollout engine keeps its weights in (what the refresh casts to)."""
+    import torch
+
+    dtype = getattr(engine, "weight_dtype", None)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    model = getattr(engine, "model", None)
+    if model is not None:
+        return next(model.parameters()).dtype
+    return torch.bfloat16 if info.device.type == "cuda" else torch.float32
+
+
+def engine_checksums(engine, names: list[str]) -> dict[str, list[int]]:
+    """Checksums of the engine's own copies of `names` (vLLM: read inside its worker; hf: its model's tensors)."""
+    from seedcli.engines.checksum import trainer_checksums
+
+    if hasattr(engine, "weight_checksums"):
+        return engine.weight_checksums(names)
+    model = getattr(engine, "model", None)
+    if model is None:
+        return {}
+    dtype = next(model.parameters()).dtype
+    return trainer_checksums(model.state_dict().items(), names, dtype)
+
+
+def check_checksums(trainer: dict[str, list[int]], engine: dict[str, list[int]], step: int) -> dict[str, float]:
+    """Raise WeightSyncError unless every tensor the engine could show has the trainer's exact checksum, and at
+    least one could be compared. Returns the number of tensors verified as a metric."""
+    from seedcli.rl.rescoring import WeightSyncError
+
+    compared = [name for name in trainer if name in engine]
+    if trainer and not compared:
+        raise WeightSyncError(
+            f"update {step}: none of the checksummed weights ({', '.join(sorted(trainer))}) could be read from the "
+            "rollout engine, so the refresh cannot be proven; this vLLM version stores them differently — report it"
+        )
+    differ = [name for name in compared if trainer[name] != engine[name]]
+    if differ:
+        raise WeightSyncError(
+            f"update {step}: after the weight refresh the rollout engine's {', '.join(differ)} differ from the "
+            "trainer's (exact checksum of the bits in the engine's dtype), so its rollouts would come from stale "
+            "weights. Stopped; resume with --resume once fixed"
+        )
+    return {"sync/checksum_tensors": float(len(compared))}
 
 
 def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple[dict, dict | None]:
@@ -592,7 +748,7 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
     import torch
 
     from seedcli.rl import distributed as D
-    from seedcli.rl.rescoring import build_turn_samples, rescore_samples
+    from seedcli.rl.rescoring import build_turn_samples, render_samples, rescore_samples, share_lengths
     from seedcli.rl.trainer import plan_minibatches, rank_indices, train_update, update_seed
     from seedcli.rollout import EpisodeSpec, ModelPolicy, episode_metrics, play_episodes
 
@@ -633,7 +789,7 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
         skills = [p.skill if p.kept else None for p in parsed]
         reasons = [None if p.kept else p.reason for p in parsed]
     elif plan.analyzer == "static":
-        skills = [plan.library.skill_for(ep.task_type, ep.episode_id) for ep in mine]
+        skills = [plan.library.skill_for(ep.category, ep.episode_id) for ep in mine]
         reasons = [None if s else "no_static_skill_for_type" for s in skills]
     timing["analyze"] = time.perf_counter() - t0
 
@@ -650,9 +806,22 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
     def render(text: str) -> list[int]:
         return list(engine.render([{"role": "user", "content": text}]))
 
-    samples = build_turn_samples(episodes, skills, render, with_skill_context=plan.teacher)
+    # advantages need every sample's score; tokenising is needed only for this rank's share (the other ranks'
+    # prompt lengths are exchanged, for packing and the loss's token counts)
+    samples = build_turn_samples(
+        episodes,
+        skills,
+        None,
+        with_skill_context=plan.teacher,
+        win_reward=pool.env.success_reward,  # the env's reward convention (ALFWorld 10 / 0.1, search 1 / 0.01)
+        invalid_penalty=pool.env.invalid_penalty,
+        normalize_std=cfg.advantage_norm == "mean_std",
+    )
     mb_plan = plan_minibatches(len(samples), cfg.mini_batch, info.world, update_seed(cfg.seed, step, "minibatch"))
-    my_samples = [samples[i] for i in rank_indices(mb_plan, info.rank)]
+    mine_idx = rank_indices(mb_plan, info.rank)
+    render_samples(samples, mine_idx, render)
+    share_lengths(samples, mine_idx, lambda obj: D.all_gather_object(obj, info))
+    my_samples = [samples[i] for i in mine_idx]
     ctx.train_model.eval()
     rescore_timing: dict[str, float] = {}
     rescore_samples(
@@ -664,6 +833,7 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
         pad_id=ctx.pad_id,
         device=info.device,
         timings=rescore_timing,
+        sync_count=lambda n: D.max_over_ranks(n, info),  # every rank runs as many forwards as the busiest
     )
     D.reshard(ctx.train_model)
     timing["rescore"] = time.perf_counter() - t0
@@ -706,12 +876,7 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
 
     # refresh the rollout engine and prove it holds the new weights
     t0 = time.perf_counter()
-    _wake(engine)
-    if not ctx.shared:
-        state = D.full_state_dict(ctx.lm, to_cpu=info.device.type == "cpu")  # every rank gathers its own copy
-        engine.update_weights(state)
-        del state
-    sync = ctx.check_sync(step)
+    sync = refresh_engine(ctx, step)
     if info.world > 1 and not info.fsdp:
         digests = D.all_gather_object(D.param_digest(ctx.lm), info)
         sync["dist/ranks_in_sync"] = float(len(set(digests)) == 1)
@@ -724,15 +889,17 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
     stats = D.all_reduce_(stats, info).cpu().tolist()
     ep = episode_metrics(episodes)
     tokens_gen = sum(len(t.response_ids) for e in episodes for t in e.turns)
-    tokens_all = sum(s.length for s in samples) + sum(
-        s.skill_length for s in samples if s.skill_prompt_ids and plan.teacher
-    )
+    tokens_all = sum(s.length for s in samples) + sum(s.skill_length for s in samples if s.has_skill)
     elapsed = sum(timing.values())
     kept = sum(1 for s in skills if s)
     record: dict[str, Any] = {
         "step": step,
         "epoch": sampler.epoch,
-        "reward/mean": sum(10.0 * e.won - 0.1 * e.invalid_turns for e in episodes) / max(len(episodes), 1),
+        "reward/mean": sum(
+            pool.env.success_reward * e.won - pool.env.invalid_penalty * e.invalid_turns for e in episodes
+        )
+        / max(len(episodes), 1),
+        "reward/score_mean": sum(e.score for e in episodes) / max(len(episodes), 1),
         "reward/turn_score_mean": sum(s.score for s in samples) / max(len(samples), 1),
         "rollout/success_rate": ep["success_rate"],
         **{f"rollout/success/{k}": v for k, v in ep["success_by_type"].items()},
@@ -791,8 +958,9 @@ def _sample_record(ctx: _Context, step: int, episode, skill, reason, rows: list)
         "step": step,
         "episode_id": episode.episode_id,
         "task": episode.task,
-        "task_type": episode.task_type,
+        "category": episode.category,
         "won": episode.won,
+        "score": episode.score,
         "length": episode.length,
         "skill": skill,
         "skill_reason": reason,

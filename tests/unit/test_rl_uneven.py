@@ -1,0 +1,113 @@
+"""Ranks with different numbers of micro-batches (and a rank with no teacher samples at all) under FSDP2 over gloo:
+every pass must run the same number of forwards on every rank, or the collectives mismatch (gloo aborts, NCCL hangs).
+And the loss is a token mean over the whole mini-batch across ranks, so the gradient of one update is the same for
+one process and two, and for two micro-batch sizes (issue 11, findings 2 and 8)."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from seedcli.rl.distributed import DistInfo, full_state_dict, max_over_ranks, wrap_for_training, wrap_frozen
+from seedcli.rl.rescoring import TurnSample, rescore_samples
+from seedcli.rl.trainer import LossWeights, Scorer, plan_micro_batches, plan_minibatches, rank_indices, train_update
+from tests.helpers_models import tiny_lm
+
+torch.set_num_threads(1)
+
+VOCAB = 97
+N = 9  # as the review's reproduction: 9 turn-samples, 5 on rank 0 and 4 on rank 1
+SMALL, LARGE = 38, 100_000  # micro-batch token budgets: SMALL packs rank 0's share into more micro-batches
+
+
+def make_samples() -> list[TurnSample]:
+    """Samples of very different lengths; only rank 0's share (under the 2-rank plan) has skill prompts."""
+    plan = plan_minibatches(N, N, 2, seed=0)
+    rank0 = set(plan[0][0])
+    g = random.Random(3)
+    out = []
+    for i in range(N):
+        p = [g.randrange(2, VOCAB) for _ in range(g.choice([3, 4, 12, 14]))]
+        r = [g.randrange(2, VOCAB) for _ in range(g.randrange(1, 7))]
+        skill = [1, *p[:2], 50, 51, *p[2:]] if i in rank0 and i % 2 == 0 else None
+        out.append(TurnSample(i // 3, i % 3, f"g{i // 4}", p, r, skill, 0.0, advantage=(-1.0) ** i * (0.5 + i / 7)))
+    return out
+
+
+def weights() -> LossWeights:
+    return LossWeights(kl_coef=0.1, entropy_coef=0.01, opd_coef=0.5)  # large enough that every term matters
+
+
+def run_update(info: DistInfo, micro_tokens: int):
+    """Rescore this rank's share with FSDP-synchronised pass counts, then one update with SGD(lr=1) so the weight
+    change is exactly minus the gradient."""
+    lm, ref_lm = tiny_lm(0, vocab=VOCAB), tiny_lm(1, vocab=VOCAB)
+    model = wrap_for_training(Scorer(lm), info)
+    ref = wrap_frozen(Scorer(ref_lm), info)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)  # before any forward: it must hold the sharded parameters
+    samples = make_samples()
+    plan = plan_minibatches(N, N, info.world, seed=0)
+    mine = [samples[i] for i in rank_indices(plan, info.rank)]
+    counts = rescore_samples(
+        mine, old_fn=model, ref_fn=ref, teacher=True, max_tokens=micro_tokens, pad_id=0,
+        sync_count=lambda n: max_over_ranks(n, info),
+    )  # fmt: skip
+    res = train_update(
+        model, opt, samples, plan, info, weights=weights(), micro_tokens=micro_tokens, grad_clip=1e9, pad_id=0
+    )
+    return full_state_dict(lm), res, counts, [len(s.response_ids) for s in mine if s.skill_prompt_ids is not None]
+
+
+def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    info = DistInfo(rank=rank, world=world, backend="gloo", fsdp=True)
+    state, res, counts, teacher = run_update(info, SMALL)
+    torch.save({"state": state, "metrics": res.metrics, "counts": counts, "teacher": teacher}, Path(out_dir) / f"r{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_the_two_ranks_really_are_uneven():
+    samples = make_samples()
+    plan = plan_minibatches(N, N, 2, seed=0)
+    a, b = (plan_micro_batches(samples, plan[0], r, SMALL) for r in (0, 1))
+    assert len(a.micro) != len(b.micro) and a.n_micro == b.n_micro == max(len(a.micro), len(b.micro))
+    assert any(samples[i].skill_prompt_ids for i in plan[0][0]) and not any(samples[i].skill_prompt_ids for i in plan[0][1])
+    # the denominators are the whole mini-batch's token counts, the same on both ranks
+    assert a.tokens == b.tokens == sum(len(s.response_ids) for s in samples)
+    assert a.opd_tokens == sum(len(s.response_ids) for s in samples if s.skill_prompt_ids)
+
+
+def test_gradient_does_not_depend_on_micro_batch_size():
+    before = tiny_lm(0, vocab=VOCAB).state_dict()
+    small, res_small, *_ = run_update(DistInfo(), SMALL)
+    large, res_large, *_ = run_update(DistInfo(), LARGE)
+    moved = 0
+    for k, v in small.items():
+        torch.testing.assert_close(v, large[k], atol=1e-6, rtol=1e-5)
+        moved += int(not torch.equal(v, before[k]))
+    assert moved > 0  # the update did something
+    for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "opd/loss", "actor/grad_norm"):
+        assert res_small.metrics[key] == pytest.approx(res_large.metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def test_two_fsdp_ranks_with_uneven_passes_match_one_process(tmp_path):
+    single, res, *_ = run_update(DistInfo(), SMALL)
+    init_file = tempfile.mktemp(dir=tmp_path)
+    mp.spawn(_worker, args=(2, init_file, str(tmp_path)), nprocs=2, join=True)  # a collective mismatch would abort
+    r0, r1 = (torch.load(tmp_path / f"r{r}.pt", weights_only=False) for r in (0, 1))
+    # rank 1 scored no teacher sample, yet both ran the same number of teacher forwards
+    assert r0["teacher"] and not r1["teacher"]
+    assert r0["counts"] == r1["counts"] and r0["counts"]["teacher"] >= 1
+    for k, v in single.items():
+        if k in r0["state"]:
+            torch.testing.assert_close(r0["state"][k], v, atol=1e-5, rtol=1e-4)
+            assert torch.equal(r0["state"][k], r1["state"][k])
+    for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "opd/loss", "actor/grad_norm"):
+        assert r0["metrics"][key] == pytest.approx(res.metrics[key], rel=1e-4, abs=1e-6), key
