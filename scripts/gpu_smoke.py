@@ -1,20 +1,22 @@
-"""GPU smoke test for `seed rl` (run through scripts/gpu_smoke.sh): each check prints one line, [ok] or [FAIL].
+"""GPU smoke for `seed rl` (run it through scripts/gpu_smoke.sh on any GPU machine; under 10 minutes on 1-8 GPUs).
 
-1. CUDA and vLLM are importable; the GPU does bf16.
-2. A small Qwen2 (4 layers, hidden 512, head_dim 64, the tiny BPE tokenizer) is built in code.
-3. vLLM and transformers agree on the log-probs of a fixed probe.
-4. vLLM sleep mode frees GPU memory and wake-up restores the engine (greedy output unchanged).
-5. `update_weights` really replaces vLLM's weights (the probe then matches the new model, not the old one).
-6. `seed rl --gpus 1 --engine vllm`: two SEED updates with FSDP, the colocated engine and the per-update probe check;
-   every metric present and finite, OPD non-zero, the probe agreed after each refresh, and the saved checkpoint
-   holds trained weights that transformers can load.
+Run 1 ("multi"): `seed rl --gpus N` (N = 2 when the machine has two or more GPUs, else 1) with `--analyzer self`, in
+bf16 through vLLM with level-2 sleep, at lr 1e-6, episodes of unequal length and micro-batches small enough that
+the ranks hold different numbers of samples (so the padding passes run); the stage itself stops on any weight
+refresh whose exact checksum differs, and the smoke checks a checksum was verified after every refresh.
+Run 2 ("shape3b"): a model of Qwen2.5-3B's real shape (random bf16 weights, the real Qwen2.5 tokenizer: `seed model
+init --preset qwen2.5-3b-shape`, no hub) for one update at the paper config's micro-batch size, reporting peak
+allocated and reserved GPU memory and time per phase beside the memory plan (seedcli/rl/memory_plan.py).
+`--untied` adds the same for Qwen2.5-7B's untied shape (its refresh also sends lm_head; needs ~60 GiB).
+
+Prints one table, writes results.json, and exits 1 when any check fails. The checks are seedcli/rl/smoke.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,182 +26,155 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-SHAPE = dict(
-    hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
-    max_position_embeddings=8192,
-)  # fmt: skip
-PROBE_TOL = 0.05  # mean |Δ log-prob|, bf16 engine vs fp32/bf16 trainer
-REQUIRED = (
-    "reward/mean", "rollout/success_rate", "env/episode_length", "env/invalid_rate", "actor/pg_loss", "actor/kl",
-    "actor/entropy", "actor/clip_frac", "actor/grad_norm", "opd/loss", "opd/gate_mean", "opd/delta_mean",
-    "opd/valid_skill_frac", "timing_s/rollout", "timing_s/analyze", "timing_s/rescore", "timing_s/update",
-    "perf/tokens_per_s", "sync/probe_mean_abs_diff",
-)  # fmt: skip
-
-_failed = 0
+SMALL_SHAPE = [  # 4 layers, hidden 512, head_dim 64: fast, and real enough for vLLM's GPU kernels
+    "hidden_size=512", "intermediate_size=1408", "num_hidden_layers=4", "num_attention_heads=8",
+    "num_key_value_heads=2",
+]  # fmt: skip
 
 
-def check(name: str, ok: bool, detail: str = "") -> bool:
-    global _failed
-    print(f"[{'ok' if ok else 'FAIL'}] {name}" + (f": {detail}" if detail else ""), flush=True)
-    if not ok:
-        _failed += 1
-    return ok
+def seed_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "seedcli", *args]
 
 
-def mean_abs(a, b) -> float:
-    return sum(abs(x - y) for x, y in zip(a, b, strict=False)) / max(len(a), 1) if len(a) == len(b) else math.inf
+def run(cmd: list[str], log: Path) -> tuple[int, float]:
+    print("  $ " + " ".join(cmd), flush=True)
+    t0 = time.time()
+    with open(log, "w") as fh:
+        rc = subprocess.run(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT).returncode
+    wall = time.time() - t0
+    print(f"    exit {rc} in {wall:.0f}s (log {log})", flush=True)
+    if rc != 0:
+        print("".join(log.read_text().splitlines(keepends=True)[-40:]), file=sys.stderr)
+    return rc, wall
 
 
-def hf_score(model_dir: Path, prompt: list[int], response: list[int]) -> list[float]:
-    from seedcli.engines.hf import HFEngine
+def build(preset: str, out: Path, overrides: list[str] | None = None) -> Path:
+    from seedcli.engines.tiny import build_tiny_model
 
-    engine = HFEngine(model_dir, device="cuda", dtype="float32")
-    try:
-        return engine.score([prompt], [response])[0]
-    finally:
-        engine.close()
+    kw = {k: int(v) for k, v in (o.split("=") for o in overrides or [])}
+    corpus = None
+    if preset == "tiny":
+        from seedcli.prompts import tokenizer_corpus
+
+        corpus = tokenizer_corpus()
+    return build_tiny_model(out, preset=preset, seed=0, corpus=corpus, **kw)
+
+
+def rl_run(name: str, model: Path, out: Path, gpus: int, steps: int, extra: list[str]) -> dict:
+    """One `seed rl` run and what it wrote."""
+    runs = out / f"runs_{name}"
+    cmd = seed_cmd(
+        "rl", "--model", str(model), "--runs-dir", str(runs), "--gpus", str(gpus), "--engine", "vllm",
+        "--steps", str(steps), "--lr", "1e-6", "--save-every", str(steps), "--val-every", "0", *extra,
+    )  # fmt: skip
+    rc, wall = run(cmd, out / f"{name}.log")
+    metrics, dtype = [], None
+    dirs = [d for d in (runs / "rl").glob("*") if d.is_dir() and not d.is_symlink()] if (runs / "rl").exists() else []
+    if dirs:
+        run_dir = max(dirs, key=lambda d: d.stat().st_mtime)
+        mpath = run_dir / "metrics.jsonl"
+        if mpath.exists():
+            metrics = [json.loads(line) for line in mpath.read_text().splitlines() if line.strip()]
+        cfg = run_dir / "checkpoints" / f"step_{steps:06d}" / "model" / "config.json"
+        if cfg.exists():
+            c = json.loads(cfg.read_text())
+            dtype = c.get("dtype") or c.get("torch_dtype")
+    return {"rc": rc, "steps": steps, "world": gpus, "lr": 1e-6, "metrics": metrics, "checkpoint_dtype": dtype,
+            "expect_checkpoint_dtype": "bfloat16", "wall_s": wall}  # fmt: skip
+
+
+def phase_table(name: str, run_result: dict, plan: dict | None) -> str:
+    from seedcli.rl.smoke import PHASES
+
+    lines = [f"{name}: per phase (last update)   time s   peak alloc GiB   peak reserved GiB   device used GiB"]
+    recs = run_result["metrics"]
+    if not recs:
+        return lines[0] + "\n  (no metrics)"
+    r = recs[-1]
+    timing = {"rollout": "rollout", "analyze": "analyze", "sleep": None, "rescore": "rescore", "update": "update",
+              "refresh": "sync"}  # fmt: skip
+    for p in PHASES:
+        t = r.get(f"timing_s/{timing[p]}") if timing[p] else None
+        lines.append(
+            f"  {p:<28}{(t or 0):>9.1f}{r.get(f'mem/{p}/peak_allocated_gib', float('nan')):>17.2f}"
+            f"{r.get(f'mem/{p}/peak_reserved_gib', float('nan')):>20.2f}{r.get(f'mem/{p}/device_used_gib', float('nan')):>18.2f}"
+        )
+    if plan:
+        measured = r.get("mem/update/peak_allocated_gib", float("nan"))
+        planned = plan["phases_gib"]["update (forward+backward)"]
+        lines.append(f"  plan: update peak {planned:.1f} GiB, measured {measured:.1f} GiB (ratio {measured / planned:.2f})")
+    return "\n".join(lines)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description="GPU smoke test for seed rl")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="work directory (default: a temporary one)")
-    ap.add_argument("--skip-engine-checks", action="store_true", help="only the two-update rl run")
+    ap.add_argument("--skip-3b", action="store_true", help="only the multi-rank run")
+    ap.add_argument("--untied", action="store_true", help="also one update of Qwen2.5-7B's untied shape")
     args = ap.parse_args()
-    out = Path(args.out or tempfile.mkdtemp(prefix="seed-gpu-smoke-"))
-    out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
 
-    # 1 -------------------------------------------------------------------------------------------- environment
     import torch
 
-    if not check(
-        "CUDA available",
-        torch.cuda.is_available(),
-        torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU",
-    ):
-        return 1
-    check("bf16 supported", torch.cuda.is_bf16_supported())
-    try:
-        import vllm
+    from seedcli.rl.memory_plan import Shape, plan
+    from seedcli.rl.smoke import evaluate, failed, table
 
-        check("vLLM importable", True, vllm.__version__)
-    except Exception as exc:  # noqa: BLE001
-        check("vLLM importable", False, f"{type(exc).__name__}: {exc}")
-        return 1
-    print(f"      torch {torch.__version__}, CUDA {torch.version.cuda}, work dir {out}", flush=True)
+    if not torch.cuda.is_available():
+        print("gpu_smoke: no CUDA GPU visible; run it on a GPU machine (after GPU=1 make install)", file=sys.stderr)
+        return 2
+    n_gpu = torch.cuda.device_count()
+    card = torch.cuda.get_device_properties(0).total_memory / 1024**3
+    print(f"{n_gpu} GPU(s): {torch.cuda.get_device_name(0)}, {card:.0f} GiB; torch {torch.__version__}", flush=True)
+    out = Path(args.out or tempfile.mkdtemp(prefix="seed-gpu-smoke-"))
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    results: dict = {"card_gib": card, "gpus_visible": n_gpu, "time_limit_s": 600, "runs": {}}
 
-    # 2 -------------------------------------------------------------------------------------------- model
-    from seedcli.engines.tiny import build_tiny_model
-    from seedcli.prompts import tokenizer_corpus
+    # run 1: several ranks, self-analyzer, unequal shares, bf16 + sleep, lr 1e-6, exact checksums every refresh
+    gpus = 2 if n_gpu >= 2 else 1
+    small = build("tiny", out / "model_small", SMALL_SHAPE)
+    multi = rl_run(
+        "multi", small, out, gpus, 2,
+        ["--analyzer", "self", "--batch-tasks", str(2 * gpus + 1), "--group", "3", "--max-steps", "4",
+         "--max-new-tokens", "64", "--mini-batch", "16", "micro_batch_tokens=256", "analyzer_max_new_tokens=64",
+         "--workers", "4"],
+    )  # fmt: skip
+    multi["self_analyzer"] = True
+    multi["expect_checksums"] = 7  # embedding, 2 norms, layer-0 q/k/v, last down_proj (tied lm_head not sent)
+    results["runs"]["multi"] = multi
 
-    t0 = time.time()
-    model = build_tiny_model(out / "model", preset="tiny", seed=0, corpus=tokenizer_corpus(), **SHAPE)
-    other = build_tiny_model(out / "model_b", preset="tiny", seed=1, corpus=tokenizer_corpus(), **SHAPE)
-    check("small Qwen2 built in code", (model / "config.json").exists(), f"{SHAPE} in {time.time() - t0:.0f}s")
+    plans = {}
+    shapes = [] if args.skip_3b else ["qwen2.5-3b-shape"]
+    if args.untied:
+        shapes.append("qwen2.5-7b-shape")
+    for preset in shapes:
+        name = preset.replace("qwen2.5-", "shape").replace("-shape", "")
+        model = build(preset, out / f"model_{name}")
+        shape = Shape.load(preset)
+        plans[name] = plan(shape, gpus=1, micro_batch_tokens=16384, gradient_checkpointing=True,
+                           vllm_gpu_memory=0.3, card_gib=card)  # fmt: skip
+        r = rl_run(
+            name, model, out, 1, 1,
+            ["--analyzer", "self", "--batch-tasks", "2", "--group", "4", "--max-steps", "3", "--max-new-tokens", "256",
+             "--mini-batch", "256", "micro_batch_tokens=16384", "analyzer_max_new_tokens=128", "--workers", "4"],
+        )  # fmt: skip
+        r["self_analyzer"] = True
+        r["expect_checksums"] = 7 if shape.tied else 8
+        r["plan"] = plans[name]
+        results["runs"][name] = r
 
-    if not args.skip_engine_checks:
-        from seedcli.engines.vllm import VLLMEngine
-        from seedcli.stages.rl import _probe
-
-        engine = VLLMEngine(model, gpu_memory_utilization=0.3, enable_sleep_mode=True, max_model_len=4096)
-        prompt, response = _probe(engine, engine.tokenizer, 5)
-
-        # 3 ---------------------------------------------------------------------------------------- agreement
-        v = engine.score([prompt], [response])[0]
-        h = hf_score(model, prompt, response)
-        d = mean_abs(v, h)
-        check("vLLM vs transformers log-probs on the probe", d < PROBE_TOL, f"mean |Δ| = {d:.4g} over {len(h)} tokens")
-
-        # 4 ---------------------------------------------------------------------------------------- sleep mode
-        before = engine.generate([prompt], temperature=0.0, max_new_tokens=24)[0].token_ids
-        free_awake = torch.cuda.mem_get_info()[0]
-        engine.sleep()
-        free_asleep = torch.cuda.mem_get_info()[0]
-        engine.wake_up()
-        after = engine.generate([prompt], temperature=0.0, max_new_tokens=24)[0].token_ids
-        freed = (free_asleep - free_awake) / 2**30
-        check("sleep frees GPU memory", freed > 0.5, f"{freed:.1f} GiB freed")
-        check("wake-up restores the engine (greedy output unchanged)", before == after)
-
-        # 5 ---------------------------------------------------------------------------------------- weight refresh
-        from transformers import AutoModelForCausalLM
-
-        b = AutoModelForCausalLM.from_pretrained(other, dtype=torch.float32)
-        engine.update_weights(b.state_dict())
-        v_b = engine.score([prompt], [response])[0]
-        h_b = hf_score(other, prompt, response)
-        check(
-            "update_weights replaces vLLM's weights",
-            mean_abs(v_b, h_b) < PROBE_TOL and mean_abs(v_b, h) > PROBE_TOL,
-            f"mean |Δ| to the new model {mean_abs(v_b, h_b):.4g}, to the old one {mean_abs(v_b, h):.4g}",
-        )
-        engine.close()
-        del engine, b
-        torch.cuda.empty_cache()
-
-    # 6 -------------------------------------------------------------------------------------------- two updates
-    runs = out / "runs"
-    cmd = [
-        sys.executable, "-m", "seedcli", "rl", "--model", str(model), "--runs-dir", str(runs), "--gpus", "1",
-        "--engine", "vllm", "--steps", "2", "--batch-tasks", "2", "--group", "4", "--max-steps", "3",
-        "--max-new-tokens", "48", "--mini-batch", "8", "--lr", "1e-4", "--save-every", "1", "--val-every", "2",
-        "--val-games", "2", "--workers", "4", "--analyzer", f"static:{REPO / 'data' / 'static_skills.json'}",
-        "--json", "analyzer_max_new_tokens=64",
-    ]  # fmt: skip
-    print("      $ " + " ".join(cmd), flush=True)
-    t0 = time.time()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    wall = time.time() - t0
-    if not check(
-        "seed rl --gpus 1 --engine vllm: two updates", proc.returncode == 0, f"exit {proc.returncode} in {wall:.0f}s"
-    ):
-        print(proc.stderr[-6000:], file=sys.stderr)
-        return 1
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]
-    check(
-        "FSDP on one GPU",
-        summary.get("parallel") == "fsdp" and summary.get("world_size") == 1,
-        str(summary.get("parallel")),
-    )
-    run = next(d for d in (runs / "rl").iterdir() if d.is_dir() and not d.is_symlink())
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    check("metrics.jsonl has updates 1 and 2", [r["step"] for r in records] == [1, 2])
-    missing = sorted({k for r in records for k in REQUIRED if k not in r})
-    check("every required metric present", not missing, ", ".join(missing))
-    bad = sorted({k for r in records for k in REQUIRED if k in r and (r[k] is None or not math.isfinite(r[k]))})
-    check("metrics finite", not bad, ", ".join(bad))
-    check("OPD non-zero with static skills", all(r.get("opd/loss") not in (None, 0.0) for r in records),
-          ", ".join(f"{r.get('opd/loss'):.4g}" for r in records))  # fmt: skip
-    diffs = [r.get("sync/probe_mean_abs_diff", math.inf) for r in records]
-    check("weights refreshed and verified after every update (probe)", all(d < PROBE_TOL for d in diffs),
-          ", ".join(f"{d:.4g}" for d in diffs))  # fmt: skip
-    check("validation ran", "val/success_rate" in records[-1], f"{records[-1].get('val/games')} games")
-    ckpt = run / "checkpoints" / "step_000002"
-    check("checkpoint written (model, sharded optimizer, RNG, state)",
-          all((ckpt / p).exists() for p in ("model/config.json", "model/model.safetensors", "optimizer", "rng.pt", "state.json")))  # fmt: skip
-    from seedcli.engines.hf import HFEngine
-    from seedcli.stages.rl import _probe
-
-    hf0 = HFEngine(model, device="cuda", dtype="float32")
-    prompt, response = _probe(hf0, hf0.tokenizer, 5)
-    before = hf0.score([prompt], [response])[0]
-    hf0.close()
-    trained = hf_score(ckpt / "model", prompt, response)
-    check(
-        "the checkpoint holds trained weights",
-        mean_abs(trained, before) > 1e-4,
-        f"probe moved {mean_abs(trained, before):.4g}",
-    )
-    for r in records:
-        phases = ", ".join(f"{k.split('/')[1]} {r[k]:.1f}s" for k in sorted(r) if k.startswith("timing_s/"))
-        print(f"      update {r['step']}: {phases}", flush=True)
-
-    print(
-        f"\n{'all checks passed' if not _failed else f'{_failed} check(s) FAILED'} in {time.time() - t_start:.0f}s",
-        flush=True,
-    )
-    return 1 if _failed else 0
+    results["total_wall_s"] = time.time() - t_start
+    checks = evaluate(results)
+    print()
+    for name, r in results["runs"].items():
+        print(phase_table(name, r, plans.get(name)))
+    print()
+    print(table(checks))
+    results["checks"] = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks]
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    bad = failed(checks)
+    print(f"\n{len(checks) - len(bad)} passed, {len(bad)} failed  (results: {out / 'results.json'})")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# First thing to run on any GPU machine: two SEED updates on one GPU with a small model built in code, the vLLM
-# engine (colocated, sleep mode), FSDP over the actor, and the weight-refresh probe. Prints every check it makes and
-# exits non-zero on the first failure. Takes a few minutes (most of it vLLM start-up).
-#   bash scripts/gpu_smoke.sh                 # uses .venv/bin/python if present
-#   PYTHON=python bash scripts/gpu_smoke.sh   # another interpreter
+# First thing to run on any GPU machine (after `GPU=1 make install`): `seed rl --gpus 2` (or 1) with the
+# self-analyzer, unequal rank shares, bf16 vLLM with sleep mode, lr 1e-6 and exact weight checksums after every
+# refresh; then one update of a Qwen2.5-3B-shaped model at the paper's micro-batch size with memory and time per
+# phase beside the memory plan. One table; results.json; exit 1 on any failed check. Under 10 minutes.
+#   bash scripts/gpu_smoke.sh                   # uses .venv/bin/python if present
+#   bash scripts/gpu_smoke.sh --untied          # also Qwen2.5-7B's untied shape (~60 GiB)
+#   PYTHON=python bash scripts/gpu_smoke.sh     # another interpreter
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python )}

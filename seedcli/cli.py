@@ -35,10 +35,64 @@ _RENAMES = {"from_run": "from"}
 _BOOL_FLAGS = {"lora": "--lora/--full"}
 
 
-def fail(message: str) -> typer.Exit:
-    """One line on stderr, exit code 2: the user can fix this."""
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """One line on stderr, exit code 2 (the user can fix this) or the error's own code."""
+    message = " ".join(str(message).split())  # one line, whatever the message held
     err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
-    return typer.Exit(2)
+    return typer.Exit(code)
+
+
+def crash_log(exc: BaseException, stage: str, runs_dir: str | None) -> Path:
+    """Write the traceback of an unexpected error to a log file (in the run directory when one is left, else
+    <runs_dir>/logs/) and return its path."""
+    import traceback
+    from datetime import datetime
+
+    from seedcli.artifacts import CURRENT_RUN
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    if CURRENT_RUN is not None and CURRENT_RUN.is_dir():
+        path = CURRENT_RUN / f"error-{stamp}.log"
+    else:
+        path = Path(runs_dir or "runs") / "logs" / f"{stamp}-{stage}.log"
+    text = f"seed {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(exc))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError:
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix=f"seed-{stage}-", suffix=".log")
+        with open(fd, "w") as fh:
+            fh.write(text)
+        path = Path(name)
+    return path
+
+
+def unexpected(exc: BaseException, stage: str, runs_dir: str | None) -> typer.Exit:
+    """An error nobody anticipated: one line with where the traceback is, exit code 1."""
+    log = crash_log(exc, stage, runs_dir)
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return fail(
+        f"unexpected {type(exc).__name__}: {first} — traceback in {log}; please report it with that file and `seed env`",
+        1,
+    )
+
+
+def preflight(stage: str, cfg: Any) -> None:
+    """Checks that need no run directory: the device, the engine and the model directory the options name, so a
+    run that cannot start leaves nothing behind."""
+    from seedcli.engines.base import check_device, check_engine, check_model_dir
+
+    local_model = stage != "annotate" or getattr(cfg, "analyzer", None) == "policy"
+    if not local_model:
+        return
+    if getattr(cfg, "device", None):
+        check_device(cfg.device)
+    if getattr(cfg, "engine", None):
+        check_engine(cfg.engine)
+    if getattr(cfg, "model", None):
+        check_model_dir(cfg.model)
 
 
 def _option_type(annotation: Any) -> Any:
@@ -79,6 +133,10 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
         flag = _BOOL_FLAGS.get(name) or "--" + _RENAMES.get(name, name).replace("_", "-")
         typ = _option_type(field.annotation)
         help_text = field.description or ""
+        if name == "env":  # the choices are the registered environments
+            from seedcli.envs import ENV_NAMES
+
+            help_text = f"environment: {' | '.join(ENV_NAMES)}"
         if field.default is not None and not callable(field.default):
             help_text += f" (default: {field.default})"
         params.append(
@@ -93,7 +151,9 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
         inspect.Parameter(
             "config_file",
             inspect.Parameter.KEYWORD_ONLY,
-            default=typer.Option(None, "--config", "-c", help="YAML config or preset name (e.g. tiny, paper_qwen25_3b)"),
+            default=typer.Option(
+                None, "--config", "-c", help="YAML config or preset name (e.g. tiny, paper_qwen25_3b)"
+            ),
             annotation=str | None,
         ),
         inspect.Parameter(
@@ -121,17 +181,26 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
         print_config = kwargs.pop("print_config")
         as_json = kwargs.pop("as_json")
         overrides = kwargs.pop("overrides")
+        cfg = None
         try:
             cfg = build_config(stage, config_file, kwargs, overrides)
             if print_config:
                 sys.stdout.write(to_yaml(cfg))
                 return
+            preflight(stage, cfg)
             manifest = run(cfg)
         except UserError as exc:
-            raise fail(str(exc)) from None
+            raise fail(str(exc), exc.exit_code) from None
         except KeyboardInterrupt:
-            err_console.print(f"interrupted; continue with `seed {stage} --resume` and the same options")
+            from seedcli.artifacts import CURRENT_RUN
+
+            target = f" {CURRENT_RUN}" if CURRENT_RUN is not None and CURRENT_RUN.is_dir() else ""
+            err_console.print(f"interrupted; continue with `seed {stage} --resume{target}`")
             raise typer.Exit(130) from None
+        except (typer.Exit, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the catch-all: one line here, the traceback in a file
+            raise unexpected(exc, stage, getattr(cfg, "runs_dir", None)) from None
         _print_summary(stage, manifest, as_json)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -151,17 +220,22 @@ def _lazy(module: str) -> Callable[[Any], Any]:
     return run
 
 
-stage_command("collect", _lazy("collect"), "The policy plays ALFWorld games; every episode becomes a trajectory.")
+stage_command("collect", _lazy("collect"), "The policy plays an environment's tasks; every episode becomes a trajectory.")
 stage_command("annotate", _lazy("annotate"), "An analyzer turns each trajectory into a hindsight skill.")
 stage_command("sft", _lazy("sft"), "Fine-tune the policy to write hindsight skills (TRL + PEFT).")
 stage_command("rl", _lazy("rl"), "GRPO + self-evolving on-policy distillation.")
-stage_command("eval", _lazy("eval"), "Success per task type on ALFWorld's seen / unseen games.")
+stage_command("eval", _lazy("eval"), "The environment's metrics per category on an evaluation split (ALFWorld seen / unseen).")
 
 
 @model_app.command("init")
 def model_init(
     out: Path = typer.Option(..., "--out", help="output directory (Hugging Face format)"),
-    preset: str = typer.Option("tiny", "--preset", help="tiny (own BPE tokenizer) | tiny-qwen (real Qwen2.5 tokenizer)"),
+    preset: str = typer.Option(
+        "tiny",
+        "--preset",
+        help="tiny (own BPE tokenizer) | tiny-qwen (real Qwen2.5 tokenizer) | qwen2.5-{0.5b,1.5b,3b,7b}-shape "
+        "(the real model's shape, random bf16 weights, real tokenizer: for GPU memory and speed checks)",
+    ),
     seed: int = typer.Option(0, "--seed", help="initialisation seed"),
     warm_start: str | None = typer.Option(
         None, "--warm-start", help="expert: behaviour-clone ALFWorld's searching expert (+ skill writing)"
@@ -175,8 +249,10 @@ def model_init(
         from seedcli.engines.tiny import build_tiny_model
         from seedcli.prompts import tokenizer_corpus
 
-        if preset not in ("tiny", "tiny-qwen"):
-            raise UserError(f"unknown preset '{preset}'; use tiny or tiny-qwen")
+        from seedcli.engines.tiny import PRESETS
+
+        if preset not in PRESETS:
+            raise UserError(f"unknown preset '{preset}'; use one of {', '.join(PRESETS)}")
         path = build_tiny_model(out, preset=preset, seed=seed, corpus=tokenizer_corpus())
         if warm_start:
             if warm_start != "expert":
@@ -185,17 +261,39 @@ def model_init(
 
             run_warm_start(path, games=games, epochs=epochs, seed=seed, noise=noise)
     except UserError as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), exc.exit_code) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "model", None) from None
     Console().print(f"model written to {path}")
+
+
+retriever_app = typer.Typer(no_args_is_help=True, help="Retrieval for the search environment (Search-R1's API).")
+app.add_typer(retriever_app, name="retriever")
+
+
+@retriever_app.command("serve")
+def retriever_serve(
+    corpus: Path = typer.Option(..., "--corpus", help="passages in wiki-18 format (JSONL of {id, contents})"),
+    port: int = typer.Option(8000, "--port", help="TCP port"),
+    host: str = typer.Option("127.0.0.1", "--host", help="interface to listen on (0.0.0.0: every interface)"),
+    topk: int = typer.Option(3, "--topk", min=1, help="passages per query when a request gives no topk"),
+) -> None:
+    """Serve POST /retrieve (Search-R1's retrieval-server API) from in-process BM25 over --corpus."""
+    try:
+        from seedcli.envs.search.server import serve
+
+        serve(corpus, host=host, port=port, topk=topk)
+    except UserError as exc:
+        raise fail(str(exc), exc.exit_code) from None
 
 
 # what `seed runs` shows per stage: the figure a researcher looks for first
 _KEY_METRICS = {
-    "collect": ("episodes", "success_rate"),
+    "collect": ("env", "episodes", "success_rate", "mean_score"),
     "annotate": ("annotate/kept", "annotate/rejected"),
     "sft": ("val/loss_before", "val/loss_after"),
     "rl": ("steps", "final_success_rate", "final_opd_loss"),
-    "eval": ("games", "macro_success", "partial"),
+    "eval": ("env", "games", "macro_success", "mean_score", "partial"),
 }
 
 
@@ -203,15 +301,19 @@ _KEY_METRICS = {
 def runs_cmd(
     runs_dir: str = typer.Option("runs", "--runs-dir", help="root of the run directories"),
     stage: str | None = typer.Option(None, "--stage", help="only this stage"),
+    show_all: bool = typer.Option(False, "--all", help="also list damaged run directories, with the reason"),
 ) -> None:
-    """List runs per stage with status, age, key metrics and lineage."""
+    """List runs per stage with status (running, interrupted, complete, failed), age, key metrics and lineage."""
     from datetime import datetime
 
-    from seedcli.artifacts import list_runs
+    from seedcli.artifacts import damaged_runs, list_runs, run_state
 
     rows = [(p, m) for p, m in list_runs(runs_dir) if stage in (None, m.stage)]
-    if not rows:
-        Console().print(f"no runs under {runs_dir}/")
+    damaged = [(p, why) for p, why in damaged_runs(runs_dir) if stage in (None, p.parent.name)]
+    if not rows and not (show_all and damaged):
+        Console().print(
+            f"no runs under {runs_dir}/" + (f" ({len(damaged)} damaged: `seed runs --all`)" if damaged else "")
+        )
         return
     table = Table(title=f"runs under {runs_dir}/")
     table.add_column("stage")
@@ -221,18 +323,25 @@ def runs_cmd(
     now = datetime.now(UTC)
     order = {s: i for i, s in enumerate(_KEY_METRICS)}
     rows.sort(key=lambda r: (order.get(r[1].stage, 99), r[1].run_id))
-    for _path, m in rows:
+    for path, m in rows:
         created = datetime.strptime(m.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         age_s = (now - created).total_seconds()
         age = f"{age_s / 3600:.1f}h" if age_s > 3600 else f"{age_s / 60:.0f}m"
         shown = [(k.split("/")[-1], m.metrics[k]) for k in _KEY_METRICS.get(m.stage, ()) if k in m.metrics]
         metrics = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown)
         lineage = ", ".join(f"{i.stage}/{i.run_id[:16]}" for i in m.inputs)
-        table.add_row(m.stage, m.run_id, m.status, age, metrics, lineage)
+        table.add_row(m.stage, m.run_id, run_state(path, m), age, metrics, lineage)
+    if show_all:
+        for path, why in damaged:
+            table.add_row(path.parent.name, path.name, "damaged", "", why, "")
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)  # a pipe or log file: no need to squeeze into 80 columns
     console.print(table)
+    if damaged and not show_all:
+        console.print(
+            f"{len(damaged)} damaged run director{'y' if len(damaged) == 1 else 'ies'} not shown: `seed runs --all`"
+        )
 
 
 @app.command("env")
@@ -240,11 +349,24 @@ def env_cmd() -> None:
     """Print versions and devices for bug reports."""
     from seedcli.artifacts import devices, git_info, package_versions
 
-    info = {"versions": package_versions(), "git": git_info(), "devices": devices()}
-    import os
-
-    info["ALFWORLD_DATA"] = os.environ.get("ALFWORLD_DATA")
+    info: dict[str, Any] = {"versions": package_versions(), "git": git_info(), "devices": devices()}
+    info["data_roots"] = data_roots()
     sys.stdout.write(json.dumps(info, indent=2) + "\n")
+
+
+def data_roots() -> dict[str, str]:
+    """Each environment's data root as the stages would resolve it now, or why it is not found."""
+    from seedcli.envs import ENV_NAMES, get_env
+
+    out: dict[str, str] = {}
+    for name in ENV_NAMES:
+        try:
+            out[name] = str(get_env(name).resolve_data_root())
+        except UserError as exc:
+            out[name] = f"not found: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a report for bug reports must not itself crash
+            out[name] = f"error: {type(exc).__name__}: {exc}"
+    return out
 
 
 @app.command("report")
@@ -258,7 +380,9 @@ def report_cmd(
 
         written = report_command(runs, out)
     except UserError as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), exc.exit_code) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "report", None) from None
     for name, path in dict(written).items():
         Console().print(f"{name}: {path}")
 
@@ -274,7 +398,9 @@ def plot_cmd(
 
         written = plot_command(runs, out)
     except UserError as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), exc.exit_code) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "plot", None) from None
     for path in written:
         Console().print(str(path))
 
@@ -290,7 +416,9 @@ def inspect_cmd(
 
         show_samples(run, step)
     except UserError as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc), exc.exit_code) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "inspect", None) from None
 
 
 def _normalise_resume(argv: list[str]) -> list[str]:

@@ -13,11 +13,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.resources
-import json
 import logging
 import os
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -70,7 +68,19 @@ TINY_SHAPE: dict[str, object] = {
     "initializer_range": 0.1,
 }
 TINY_BPE_VOCAB = 4096
-PRESETS = ("tiny", "tiny-qwen")
+# Real Qwen2.5 shapes with random weights and the real tokenizer: the GPU smoke measures memory and time on the
+# paper's model without a model hub. 0.5B-3B tie the embeddings; 7B does not (its refresh sends lm_head too).
+FULL_SHAPES: dict[str, dict[str, object]] = {
+    "qwen2.5-0.5b-shape": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                               num_key_value_heads=2, tie_word_embeddings=True, vocab_size=151_936),
+    "qwen2.5-1.5b-shape": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                               num_key_value_heads=2, tie_word_embeddings=True, vocab_size=151_936),
+    "qwen2.5-3b-shape": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                             num_key_value_heads=2, tie_word_embeddings=True, vocab_size=151_936),
+    "qwen2.5-7b-shape": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                             num_key_value_heads=4, tie_word_embeddings=False, vocab_size=152_064),
+}  # fmt: skip
+PRESETS = ("tiny", "tiny-qwen", *FULL_SHAPES)
 
 # Text the agent and analyzer prompts always contain, so the tiny BPE learns it even without ALFWorld data.
 _BUILTIN_CORPUS = (
@@ -124,7 +134,14 @@ def build_tiny_model(
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     vocab_size = QWEN_VOCAB_SIZE if preset == "tiny-qwen" else _round_up(len(tokenizer), 64)
 
-    shape = {**TINY_SHAPE, **shape_overrides}
+    full = preset in FULL_SHAPES
+    if full:
+        # the real model's config: 32k positions, 0.02 init; bf16 as Qwen ships it (a 7B fp32 copy would be 30 GB)
+        shape = {**TINY_SHAPE, "max_position_embeddings": 32768, "initializer_range": 0.02, **FULL_SHAPES[preset]}
+        vocab_size = int(shape.pop("vocab_size"))
+        shape.update(shape_overrides)
+    else:
+        shape = {**TINY_SHAPE, **shape_overrides}
     config = Qwen2Config(
         vocab_size=vocab_size,
         bos_token_id=pad_id,
@@ -140,7 +157,18 @@ def build_tiny_model(
     # fork_rng: seeding must not disturb the caller's global RNG stream
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config).to(torch.float32)
+        if full:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            default = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16)
+            try:
+                with torch.device(device):  # initialising 3B parameters on a GPU takes seconds, on a CPU minutes
+                    model = Qwen2ForCausalLM(config)
+            finally:
+                torch.set_default_dtype(default)
+            model = model.to("cpu")
+        else:
+            model = Qwen2ForCausalLM(config).to(torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
@@ -165,7 +193,7 @@ def model_hash(model_dir: str | os.PathLike) -> str:
 
 
 def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = TINY_BPE_VOCAB):
-    """A byte-level BPE (Qwen pre-tokenizer, NFC) trained on ALFWorld game text plus `corpus`, with Qwen's added tokens and chat template."""
+    """A byte-level BPE (Qwen pre-tokenizer, NFC) trained on every registered environment's sample text plus `corpus`, with Qwen's added tokens and chat template."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
@@ -177,7 +205,7 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
-    texts = [*_BUILTIN_CORPUS, *_alfworld_corpus(), *(corpus or [])]
+    texts = [*_BUILTIN_CORPUS, *_env_corpus(), *(corpus or [])]
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     return _wrap_tokenizer(tok)
 
@@ -296,78 +324,8 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-# ----------------------------------------------------------------------------------------- ALFWorld training text
+def _env_corpus() -> list[str]:
+    """Sample text of every registered environment (game observations, pages, questions), from the registry."""
+    from seedcli.envs import sample_texts
 
-
-# valid_seen and valid_unseen are complete in every copy of the data (the shared subset and a full download alike),
-# so the tiny tokenizer comes out the same everywhere; train games differ between copies.
-CORPUS_SPLITS = ("valid_seen", "valid_unseen")
-
-
-def _data_root() -> Path | None:
-    from seedcli.envs.alfworld import resolve_data_root
-    from seedcli.errors import UserError
-
-    try:
-        return resolve_data_root()
-    except UserError as err:
-        logger.warning("tiny tokenizer trained without ALFWorld text (%s); prompts will tokenize less compactly", err)
-        return None
-
-
-@lru_cache(maxsize=4)
-def _alfworld_texts(root: str) -> tuple[str, ...]:
-    texts: list[str] = []
-    for split in CORPUS_SPLITS:
-        for game in sorted(Path(root).glob(f"json_2.1.1/{split}/*/*/game.tw-pddl")):
-            texts.extend(_game_texts(game))
-    return tuple(texts)
-
-
-def _alfworld_corpus() -> tuple[str, ...]:
-    root = _data_root()
-    return _alfworld_texts(str(root)) if root is not None else ()
-
-
-_TYPE_RE = re.compile(r"\((receptacleType|objectType) (\S+) (\w+)Type\)")
-_IN_RE = re.compile(r"\(inReceptacle (\S+) (\S+)\)")
-_RHS_RE = re.compile(r'"rhs": "((?:[^"\\]|\\.)*)"')
-
-
-def _game_texts(game_path: Path) -> Iterator[str]:
-    """Sentences shaped like the text-game's observations, admissible actions and task, derived from one game file."""
-    game = json.loads(game_path.read_text(encoding="utf-8"))
-    for rhs in _RHS_RE.findall(game.get("grammar", "")):
-        yield rhs.replace("\\n", "\n")
-    names: dict[str, str] = {}
-    kinds: dict[str, str] = {}
-    counts: dict[str, int] = {}
-    for kind, ident, type_name in _TYPE_RE.findall(game.get("pddl_problem", "")):
-        base = type_name.lower()
-        counts[base] = counts.get(base, 0) + 1
-        names[ident] = f"{base} {counts[base]}"
-        kinds[ident] = kind
-    receptacles = [n for i, n in names.items() if kinds[i] == "receptacleType"]
-    objects = [n for i, n in names.items() if kinds[i] == "objectType"]
-    if receptacles:
-        yield (
-            "You are in the middle of a room. Looking quickly around you, you see "
-            + ", ".join(f"a {r}" for r in receptacles)
-            + "."
-        )
-    contents: dict[str, list[str]] = {}
-    for obj, rec in _IN_RE.findall(game.get("pddl_problem", "")):
-        if obj in names and rec in names:
-            contents.setdefault(names[rec], []).append(names[obj])
-    for rec, objs in contents.items():
-        yield f"You arrive at {rec}. On the {rec}, you see " + ", ".join(f"a {o}" for o in objs) + "."
-        yield ", ".join([f"go to {rec}", *(f"take {o} from {rec}" for o in objs), "inventory", "look"])
-    for obj in objects[:8]:
-        yield f"You pick up the {obj}. You move the {obj} to the {receptacles[0] if receptacles else 'countertop 1'}."
-    yield ", ".join(game.get("walkthrough", []))
-    traj_path = game_path.with_name("traj_data.json")
-    if traj_path.exists():
-        traj = json.loads(traj_path.read_text(encoding="utf-8"))
-        for ann in traj.get("turk_annotations", {}).get("anns", []):
-            yield ann.get("task_desc", "")
-            yield " ".join(ann.get("high_descs", []))
+    return sample_texts()

@@ -214,7 +214,8 @@ def rescore_samples(
 ) -> dict[str, int]:
     """Fill ℓ_old, ℓ_ref (when `ref_fn`) and ℓ_skill (when `teacher`, for samples with a skill prompt) in place.
     `timings` (if given) receives seconds for 'old', 'ref' and 'teacher'. With `sync_count` (several ranks) every
-    pass runs the same number of forwards on every rank. Returns the forwards run per pass (padding included)."""
+    pass runs the same number of forwards on every rank. Returns the forwards run per pass (padding included) and
+    this rank's padding forwards ("padding")."""
     import time
 
     counts: dict[str, int] = {}
@@ -222,6 +223,7 @@ def rescore_samples(
     def counting(key: str) -> Callable[[int], int]:
         def fn(n: int) -> int:
             counts[key] = sync_count(n) if sync_count is not None else n
+            counts["padding"] = counts.get("padding", 0) + counts[key] - n  # this rank's padding forwards
             return counts[key]
 
         return fn

@@ -180,6 +180,7 @@ _STAT_KEYS = (
     "opd",
     "gate",
     "delta",
+    "padding",
 )
 
 
@@ -228,6 +229,7 @@ def micro_batch_loss(
                 opd.detach() * per_opd if n_opd > 0 else opd.detach(),
                 (gate * opd_mask).sum(),
                 torch.where(opd_mask > 0, delta, torch.zeros_like(delta)).sum(),
+                torch.zeros((), device=n.device),  # padding: counted by train_update
             ]
         ).double()
     parts = {"actor/pg_loss": pg, "actor/kl": kl, "actor/entropy": ent, "opd/loss": opd}
@@ -266,6 +268,7 @@ def train_update(
         # DDP and FSDP average gradients over ranks, so each rank's loss carries a factor `world`
         denoms = (float(mbp.tokens), float(mbp.opd_tokens))
         micro: list[tuple[list[TurnSample], float]] = [([samples[i] for i in mb], float(info.world)) for mb in mbp.micro]
+        sums[_STAT_KEYS.index("padding")] += mbp.n_micro - len(micro)
         micro += [([_dummy_sample(pad_id)], 0.0)] * (mbp.n_micro - len(micro))
         local_bad: list[str] = []
         for k, (mb, scale) in enumerate(micro):
@@ -313,6 +316,7 @@ def train_update(
         "opd/gate_mean": s["gate"] / n_opd if s["opd_tokens"] else 0.0,
         "opd/delta_mean": s["delta"] / n_opd,
         "opd/token_frac": s["opd_tokens"] / n,
+        "dist/padding_micro_batches": s["padding"],  # zero-weight micro-batches run so every rank ran as many
     }
     return UpdateResult(metrics, skipped, cause, steps, int(s["tokens"]))
 

@@ -651,6 +651,23 @@ def _wake(engine, tags: list[str] | None = None) -> None:
         engine.wake_up()
 
 
+GIB = 1024**3
+
+
+def phase_memory(info, phase: str, out: dict[str, float]) -> None:
+    """GPU memory of the phase that just ended (CUDA only): the trainer's peak allocated and reserved bytes (torch's
+    allocator) and the device's used memory now (vLLM's pool included); then reset the peaks for the next phase."""
+    import torch
+
+    if info.device.type != "cuda":
+        return
+    free, total = torch.cuda.mem_get_info(info.device)
+    out[f"mem/{phase}/peak_allocated_gib"] = torch.cuda.max_memory_allocated(info.device) / GIB
+    out[f"mem/{phase}/peak_reserved_gib"] = torch.cuda.max_memory_reserved(info.device) / GIB
+    out[f"mem/{phase}/device_used_gib"] = (total - free) / GIB
+    torch.cuda.reset_peak_memory_stats(info.device)
+
+
 def _release_cuda_cache(info) -> None:
     """Hand the trainer's cached CUDA blocks back before vLLM re-allocates (else they count against its share)."""
     import gc
@@ -754,6 +771,7 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
 
     cfg, info, engine, plan = ctx.cfg, ctx.info, ctx.engine, ctx.plan
     timing: dict[str, float] = {}
+    mem: dict[str, float] = {}  # GPU memory per phase (mem/<phase>/...), on CUDA only
 
     # 1. rollouts with π_old: this rank plays its share of the games, `group` times each
     t0 = time.perf_counter()
@@ -770,6 +788,7 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
     meta = {**ctx.meta, "model_hash": f"{ctx.meta.get('model_hash', '')[:16]}+update{step - 1}"}
     play_episodes(specs, ModelPolicy(engine, settings, cfg.gen_batch), pool, settings, meta, mine.append)
     timing["rollout"] = time.perf_counter() - t0
+    phase_memory(info, "rollout", mem)
 
     # 2. the analyzer: π_old writes a skill for each of its finished episodes (greedy), or the static library answers
     t0 = time.perf_counter()
@@ -798,7 +817,9 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
     episodes = [r[0] for r in rows]
     skills = [r[1] for r in rows]
     reasons = [r[2] for r in rows]
+    phase_memory(info, "analyze", mem)
     _sleep(engine)  # vLLM: free the KV cache and weights for training; a no-op for the hf engine
+    phase_memory(info, "sleep", mem)
 
     # 3. re-score this rank's share of the turn-samples without gradient
     t0 = time.perf_counter()
@@ -824,7 +845,7 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
     my_samples = [samples[i] for i in mine_idx]
     ctx.train_model.eval()
     rescore_timing: dict[str, float] = {}
-    rescore_samples(
+    forwards = rescore_samples(
         my_samples,
         old_fn=ctx.score_fn(ctx.train_model),
         ref_fn=ctx.score_fn(ctx.ref_model) if ctx.ref_model is not None else None,
@@ -837,6 +858,7 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
     )
     D.reshard(ctx.train_model)
     timing["rescore"] = time.perf_counter() - t0
+    phase_memory(info, "rescore", mem)
     timing["rescore_teacher"] = rescore_timing.get("teacher", 0.0)
     shift_sum, shift_n = 0.0, 0
     for s in my_samples:
@@ -873,6 +895,7 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
         use_ref=ctx.ref_model is not None,
     )
     timing["update"] = time.perf_counter() - t0
+    phase_memory(info, "update", mem)
 
     # refresh the rollout engine and prove it holds the new weights
     t0 = time.perf_counter()
@@ -883,9 +906,12 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
         if len(set(digests)) != 1:
             raise UserError(f"update {step}: the ranks' weights differ after the update (DDP out of sync); stopped")
     timing["sync"] = time.perf_counter() - t0
+    phase_memory(info, "refresh", mem)
 
     # metrics (every rank computes them from the gathered episodes; rank 0 writes)
-    stats = torch.tensor([shift_sum, float(shift_n)], dtype=torch.float64, device=info.device)
+    stats = torch.tensor(
+        [shift_sum, float(shift_n), float(forwards.get("padding", 0))], dtype=torch.float64, device=info.device
+    )
     stats = D.all_reduce_(stats, info).cpu().tolist()
     ep = episode_metrics(episodes)
     tokens_gen = sum(len(t.response_ids) for e in episodes for t in e.turns)
@@ -921,7 +947,9 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
         **{f"timing_s/{k}": v for k, v in timing.items()},
         "perf/tokens_per_s": tokens_all / elapsed if elapsed > 0 else 0.0,
         "perf/gen_tokens_per_s": tokens_gen / timing["rollout"] if timing["rollout"] > 0 else 0.0,
+        "dist/padding_forwards_rescore": stats[2],
         **sync,
+        **mem,
     }
     if result.cause:
         record["actor/skip_cause"] = result.cause
