@@ -690,6 +690,7 @@ def refresh_engine(ctx: _Context, step: int) -> dict[str, float]:
     _release_cuda_cache(info)
     _wake(engine, ["weights"])
     trainer_sums: dict[str, list[int]] = {}
+    sent = [0, 0]  # tensors the engine took, tensors in the stream
     if not ctx.shared:
         dtype = engine_weight_dtype(engine, info)
         wanted = set(ctx.checksum_names)
@@ -698,17 +699,32 @@ def refresh_engine(ctx: _Context, step: int) -> dict[str, float]:
             for name, tensor in D.iter_full_params(ctx.lm, dtype=dtype, skip=D.tied_names(ctx.lm)):
                 if name in wanted:
                     trainer_sums.update(trainer_checksums([(name, tensor)], [name], dtype))
-                yield name, (tensor if info.device.type == "cuda" or ctx.engine.name == "vllm" else tensor.cpu())
+                sent[1] += 1
+                yield name, tensor
 
+        gen = stream()
         if getattr(engine, "name", "") == "vllm":
-            engine.update_weights(stream())
+            engine.update_weights(gen)
         else:
-            engine.update_weights(dict(stream()))
+            engine.update_weights(dict(gen))
+        sent[0] = sent[1]
+        for _ in gen:  # whatever the engine left unread still runs its gathers (collectives) on every rank
+            sent[1] += 1
     _release_cuda_cache(info)
     _wake(engine, ["kv_cache"])
-    sync = ctx.check_sync(step)
+    sync: dict[str, float] = {}
     if not ctx.shared:
+        if sent[0] < sent[1]:
+            from seedcli.rl.rescoring import WeightSyncError
+
+            raise WeightSyncError(
+                f"update {step}: the rollout engine took {sent[0]} of the {sent[1]} weight tensors of the refresh, "
+                "so its rollouts would come from stale weights. Stopped; resume with --resume once fixed"
+            )
+        # exact first (the probe cannot see one update at lr 1e-6), then the probe as a secondary check
         sync.update(check_checksums(trainer_sums, engine_checksums(engine, list(trainer_sums)), step))
+        sync["sync/tensors_sent"] = float(sent[0])
+    sync.update(ctx.check_sync(step))
     return sync
 
 
