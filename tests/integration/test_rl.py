@@ -323,3 +323,14 @@ def test_vllm_engine_stale_refresh_stops_the_run(model, tmp_path, lr, message):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "stale" in manifest["error"]
     assert not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text().strip()
+
+
+@needs_vllm
+def test_vllm_engine_two_fsdp_ranks_uneven(model, tmp_path):
+    """`--nproc 2 --engine vllm parallel=fsdp`: each rank owns an independent vLLM engine (no data-parallel group),
+    the ranks' shares are uneven, and every refresh streams the gathered weights and is proven by exact checksums."""
+    seed_rl(tmp_path, model, *UNEVEN, "--engine", "vllm", "--nproc", "2", "parallel=fsdp")
+    (r,) = metrics(run_dir(tmp_path))
+    assert r["dist/padding_forwards_rescore"] + r["dist/padding_micro_batches"] > 0
+    assert r["sync/checksum_tensors"] >= 3 and r["sync/tensors_sent"] > 0
+    assert r["sync/probe_mean_abs_diff"] < 1e-3

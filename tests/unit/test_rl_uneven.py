@@ -113,3 +113,37 @@ def test_two_fsdp_ranks_with_uneven_passes_match_one_process(tmp_path):
             assert torch.equal(r0["state"][k], r1["state"][k])
     for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "opd/loss", "actor/grad_norm"):
         assert r0["metrics"][key] == pytest.approx(res.metrics[key], rel=1e-4, abs=1e-6), key
+
+
+def test_bf16_checkpoint_keeps_fp32_master_weights_for_an_exact_resume(tmp_path):
+    """On GPU checkpoints hold bf16 model weights (what eval and vLLM load; half the disk) and the fp32 master
+    weights beside them, so a resume continues from exactly the weights that were trained."""
+    import json
+
+    import transformers
+
+    from seedcli.rl.trainer import load_optimizer_and_rng, save_checkpoint
+
+    class Tok:
+        def save_pretrained(self, path):
+            (Path(path) / "tokenizer_config.json").write_text("{}")
+
+    lm = tiny_lm(0, vocab=VOCAB)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.add_(1e-4 * torch.randn_like(p))  # values bf16 cannot hold exactly
+    model = Scorer(lm)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    ckpt = save_checkpoint(tmp_path, 1, lm=lm, tokenizer=Tok(), optimizer=opt, train_module=model, info=DistInfo(),
+                           state={}, model_dtype=torch.bfloat16)  # fmt: skip
+    assert json.loads((ckpt / "model" / "config.json").read_text())["dtype"] == "bfloat16"
+    saved = transformers.AutoModelForCausalLM.from_pretrained(ckpt / "model")
+    assert next(saved.parameters()).dtype == torch.bfloat16
+    # a resumed trainer loads model/ (bf16) and then the fp32 master weights: bit-identical to what was trained
+    lm2 = transformers.AutoModelForCausalLM.from_pretrained(ckpt / "model", dtype=torch.float32)
+    differs = any(not torch.equal(a, b) for a, b in zip(lm2.state_dict().values(), lm.state_dict().values(), strict=True))
+    assert differs  # bf16 alone would lose the low bits
+    model2 = Scorer(lm2)
+    load_optimizer_and_rng(ckpt, torch.optim.AdamW(model2.parameters(), lr=1e-6), model2, DistInfo())
+    for k, v in lm.state_dict().items():
+        assert torch.equal(lm2.state_dict()[k], v), k
