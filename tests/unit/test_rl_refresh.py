@@ -1,0 +1,116 @@
+"""The weight refresh's order of operations and its checks, with a recording stand-in for the vLLM engine
+(the real engine is exercised in tests/integration/test_vllm_refresh.py and test_rl.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from seedcli.config import RLConfig
+from seedcli.engines.checksum import checksum_names, tensor_checksum, trainer_checksums
+from seedcli.rl.distributed import DistInfo
+from seedcli.rl.rescoring import WeightSyncError
+from seedcli.stages.rl import _Context, env_workers, refresh_engine, vllm_engine_kwargs
+from tests.helpers_models import tiny_lm
+
+
+class RecordingEngine:
+    """Speaks the VLLMEngine interface the refresh uses; keeps its own copy of the weights."""
+
+    name = "vllm"
+    on_cpu = True
+    weight_dtype = torch.float32
+
+    def __init__(self, lm, take: int | None = None, load: bool = True):
+        self.calls: list[str] = []
+        self.state = {k: v.clone() for k, v in lm.state_dict().items()}
+        self.take, self.load = take, load
+
+    def wake_up(self, tags=None):
+        self.calls.append(f"wake:{','.join(tags) if tags else 'all'}")
+
+    def update_weights(self, weights):
+        self.calls.append("update")
+        self.sent = []
+        for i, (name, tensor) in enumerate(weights):
+            self.sent.append(name)
+            if self.load:
+                self.state[name] = tensor.clone()
+            if self.take is not None and i + 1 >= self.take:
+                break
+
+    def weight_checksums(self, names):
+        self.calls.append("checksums")
+        return trainer_checksums(self.state.items(), names, torch.float32)
+
+
+def context(lm, engine) -> _Context:
+    names = checksum_names(lm.config.num_hidden_layers, tied=True, linear=False)
+    return _Context(
+        cfg=RLConfig(), plan=None, info=DistInfo(), engine=engine, meta={}, tokenizer=None, pad_id=0, train_model=None,
+        ref_model=None, optimizer=None, lm=lm, shared=False, weights=None, base_settings=None, score_fn=None,
+        check_sync=lambda step: {"sync/probe_mean_abs_diff": 0.0}, checksum_names=names,
+    )  # fmt: skip
+
+
+def nudge(lm, scale=1e-6):
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.add_(scale * torch.sign(torch.randn_like(p)))  # one AdamW step at lr 1e-6 moves every weight ~1e-6
+
+
+def test_refresh_wakes_weights_then_loads_then_wakes_the_kv_cache_and_proves_it():
+    lm = tiny_lm(0)
+    engine = RecordingEngine(lm)
+    nudge(lm)
+    sync = refresh_engine(context(lm, engine), 1)
+    assert engine.calls == ["wake:weights", "update", "wake:kv_cache", "checksums"]
+    assert sync["sync/checksum_tensors"] >= 3 and sync["sync/tensors_sent"] == len(lm.state_dict()) - 1  # tied head
+    assert "lm_head.weight" not in engine.sent and "model.embed_tokens.weight" in engine.sent  # vLLM re-ties it
+
+
+def test_a_refresh_that_loads_nothing_is_caught_at_lr_1e6():
+    lm = tiny_lm(0)
+    engine = RecordingEngine(lm, load=False)
+    nudge(lm)
+    with pytest.raises(WeightSyncError, match="exact checksum"):
+        refresh_engine(context(lm, engine), 3)
+
+
+def test_an_engine_that_stops_reading_the_stream_is_caught():
+    lm = tiny_lm(0)
+    engine = RecordingEngine(lm, take=2)
+    with pytest.raises(WeightSyncError, match="took 2 of the"):
+        refresh_engine(context(lm, engine), 1)
+
+
+def test_checksum_is_exact_and_order_free():
+    t = torch.randn(1000)
+    u = t.clone()
+    u[500] = torch.nextafter(u[500], torch.tensor(float("inf")))  # one ulp
+    assert tensor_checksum(t) == tensor_checksum(t.clone()) != tensor_checksum(u)
+    assert tensor_checksum(t.to(torch.bfloat16)) != tensor_checksum(t)  # dtype is part of what is checked
+
+
+def test_each_rank_gets_an_independent_vllm_engine(tmp_path):
+    """No vLLM data-parallel group (it all-reduces every engine step and hangs ranks that generate unequally)."""
+    from seedcli.errors import UserError
+
+    tiny_lm(0).save_pretrained(tmp_path)
+    info = SimpleNamespace(device=torch.device("cuda", 3), world=8, rank=3)
+    kw = vllm_engine_kwargs(RLConfig(seed=10), tmp_path, info)
+    assert "data_parallel_size" not in kw
+    assert kw["distributed_executor_backend"] == "external_launcher" and kw["tensor_parallel_size"] == 1
+    assert kw["seed"] == 13 and kw["enable_sleep_mode"] and kw["sleep_level"] == 2 and kw["dtype"] == "bfloat16"
+    with pytest.raises(UserError, match="vllm_tensor_parallel=2"):
+        vllm_engine_kwargs(RLConfig(vllm_tensor_parallel=2), tmp_path, info)
+    cpu = vllm_engine_kwargs(RLConfig(), tmp_path, SimpleNamespace(device=torch.device("cpu"), world=2, rank=1))
+    assert "distributed_executor_backend" not in cpu and "enable_sleep_mode" not in cpu
+
+
+def test_env_workers_default_scales_with_cores():
+    assert env_workers(RLConfig(workers=3), 8) == 3
+    assert 1 <= env_workers(RLConfig(), 1) <= 8
+    assert env_workers(RLConfig(), 10_000) == 1
