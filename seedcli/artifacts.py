@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -24,15 +26,34 @@ from seedcli.errors import UserError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+LOCK = "writer.lock"  # who writes the run now: {pid, host, started, proc_start, argv}; removed when the stage ends
 REPO_ROOT = Path(__file__).resolve().parent.parent
+STAGES = ("collect", "annotate", "sft", "rl", "eval")
+CURRENT_RUN: Path | None = None  # the run directory this process opened last (the CLI names it in error messages)
 
 
 class InputRef(BaseModel):
+    """An input run, findable from any working directory: by absolute path, by path under the runs root, or by id."""
+
     model_config = ConfigDict(extra="forbid")
     stage: str
     run_id: str
-    path: str
+    path: str = Field(description="absolute path when recorded (older manifests: as given on the command line)")
+    runs_path: str | None = Field(None, description="path relative to the runs root, e.g. collect/<run id>")
     manifest_sha256: str
+
+    def locate(self, runs_dir: str | Path | None = None) -> Path | None:
+        """The input's directory on disk now, or None: the recorded path, else `<runs_dir>/<stage>/<run id>`."""
+        candidates = [Path(self.path)]
+        if runs_dir is not None:
+            root = Path(runs_dir)
+            if self.runs_path:
+                candidates.append(root / self.runs_path)
+            candidates.append(root / self.stage / self.run_id)
+        for c in candidates:
+            if (c / MANIFEST).exists():
+                return c.resolve()
+        return None
 
 
 class OutputFile(BaseModel):
@@ -51,7 +72,7 @@ class Manifest(BaseModel):
     schema_version: int = SCHEMA_VERSION
     stage: str
     run_id: str
-    status: Literal["running", "complete", "failed"] = "running"
+    status: Literal["running", "complete", "failed"] = "running"  # shown as "interrupted" when running but no writer
     error: str | None = None
     created: str
     finished: str | None = None
@@ -136,7 +157,9 @@ def devices() -> list[str]:
 def read_manifest(run_dir: Path) -> Manifest:
     path = Path(run_dir) / MANIFEST
     if not path.exists():
-        raise UserError(f"{run_dir}: no {MANIFEST}; this is not a seedcli run directory (pass a run under runs/<stage>/)")
+        raise UserError(
+            f"{run_dir}: no {MANIFEST}; this is not a seedcli run directory (pass a run under runs/<stage>/)"
+        )
     try:
         data = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError:
@@ -154,6 +177,132 @@ def read_manifest(run_dir: Path) -> Manifest:
 
 def manifest_sha256(run_dir: Path) -> str:
     return sha256_file(Path(run_dir) / MANIFEST)
+
+
+# ------------------------------------------------------------------------------------------- one writer per run
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from field 3 (state) on (Linux); None where there is no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()  # the name before ")" may hold spaces
+
+
+def _proc_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot; tells a live writer from a reused PID."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields else None  # field 22 (starttime)
+
+
+def read_lock_file(path: Path) -> dict | None:
+    try:
+        data = orjson.loads(Path(path).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_lock(run_dir: Path) -> dict | None:
+    """The writer lock's content, or None when the run has no lock (or it is unreadable: treated as stale)."""
+    return read_lock_file(Path(run_dir) / LOCK)
+
+
+def writer_alive(lock: dict | None) -> bool | None:
+    """True when the lock's process runs, False when it is gone, None when it runs on another host (unknowable)."""
+    if not lock:
+        return False
+    if lock.get("host") != socket.gethostname():
+        return None
+    pid = int(lock.get("pid", 0))
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's process: it exists
+    fields = _proc_stat(pid)
+    if fields and fields[0] in ("Z", "X"):  # killed, not yet reaped by its parent: the writer is gone
+        return False
+    started, now = lock.get("proc_start"), (fields[19] if fields else None)
+    return not (started and now and started != now)  # a different start time: the PID was reused
+
+
+def run_state(run_dir: Path, manifest: Manifest) -> str:
+    """The status a user should see: a `running` run whose writer is gone is `interrupted`."""
+    if manifest.status == "running" and writer_alive(read_lock(run_dir)) is False:
+        return "interrupted"
+    return manifest.status
+
+
+def _describe(lock: dict) -> str:
+    return f"PID {lock.get('pid')} on {lock.get('host')} since {lock.get('started')}"
+
+
+class RunLock:
+    """`writer.lock` in the run directory, created exclusively; a lock whose process is gone is taken over."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK
+        self.held = False
+
+    def acquire(self, argv: list[str] | None = None) -> None:
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": utc_now(),
+            "proc_start": _proc_start(os.getpid()),
+            "argv": argv if argv is not None else sys.argv,
+        }
+        # written in full to a private file, then hard-linked into place: the link is atomic and fails when a lock
+        # exists, so no reader ever sees a half-written lock
+        tmp = self.path.with_name(f".{LOCK}.{os.getpid()}.tmp")
+        tmp.write_bytes(orjson.dumps(info, option=orjson.OPT_INDENT_2))
+        try:
+            self._take(tmp)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _take(self, tmp: Path) -> None:
+        for _ in range(3):
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                current = read_lock(self.path.parent)
+                alive = writer_alive(current)
+                if current and alive is not False:
+                    where = "" if alive else " (another host: if that process is gone, delete the lock file)"
+                    raise UserError(
+                        f"{self.path.parent}: the run is being written by {_describe(current)}{where}; "
+                        f"wait for it to finish or stop it (kill {current.get('pid')}), then --resume; lock: {self.path}"
+                    ) from None
+                # stale: its writer is gone. Rename first, so of two processes taking over only one succeeds.
+                stale = self.path.with_name(f".{LOCK}.stale.{os.getpid()}")
+                try:
+                    os.replace(self.path, stale)
+                except FileNotFoundError:
+                    continue
+                if read_lock_file(stale) != current:  # another process took over in between: give its lock back
+                    try:
+                        os.link(stale, self.path)
+                    except FileExistsError:
+                        pass
+                stale.unlink(missing_ok=True)
+                continue
+            self.held = True
+            return
+        raise UserError(f"{self.path}: could not take the run's lock; another process keeps taking it — retry")
+
+    def release(self) -> None:
+        if self.held:
+            current = read_lock(self.path.parent)
+            if current and current.get("pid") == os.getpid():
+                self.path.unlink(missing_ok=True)
+            self.held = False
 
 
 class Run:
@@ -174,7 +323,14 @@ class Run:
 
     def add_input(self, stage: str, run_dir: Path, manifest: Manifest | None = None) -> None:
         manifest = manifest or read_manifest(run_dir)
-        ref = InputRef(stage=stage, run_id=manifest.run_id, path=str(run_dir), manifest_sha256=manifest_sha256(run_dir))
+        run_dir = Path(run_dir).resolve()
+        ref = InputRef(
+            stage=stage,
+            run_id=manifest.run_id,
+            path=str(run_dir),
+            runs_path=_runs_relative(run_dir, self.path.resolve().parent.parent),
+            manifest_sha256=manifest_sha256(run_dir),
+        )
         self.manifest.inputs = [i for i in self.manifest.inputs if i.run_id != ref.run_id] + [ref]
         self.save()
 
@@ -192,7 +348,9 @@ class Run:
                         OutputFile(path=str(f.relative_to(self.path)), bytes=f.stat().st_size, sha256=sha256_file(f))
                     )
             elif target.exists():
-                files.append(OutputFile(path=rel, bytes=target.stat().st_size, sha256=sha256_file(target), records=records))
+                files.append(
+                    OutputFile(path=rel, bytes=target.stat().st_size, sha256=sha256_file(target), records=records)
+                )
             else:
                 raise RuntimeError(f"output {rel} was not written")
         self.manifest.outputs = files
@@ -212,6 +370,14 @@ class Run:
         self.manifest.finished = utc_now()
         self.manifest.wall_time_s = round(self._wall_before + time.time() - self._t0, 3)
         self.save()
+
+
+def _runs_relative(run_dir: Path, runs_root: Path) -> str | None:
+    """`<stage>/<run id>` when the input lies under the same runs root as the run that reads it."""
+    try:
+        return str(run_dir.relative_to(runs_root))
+    except ValueError:
+        return None
 
 
 def point_latest(run_dir: Path) -> None:
@@ -240,12 +406,34 @@ def find_resumable(stage_dir: Path, config_hash: str) -> Path | None:
     return None
 
 
+def config_differences(saved: dict, cfg: StageConfig) -> list[str]:
+    """Keys whose value in `cfg` differs from a run's saved config, among those that decide what it computes."""
+    now = cfg.hashed()
+    return sorted(k for k in now if k in saved and saved[k] != now[k]) + sorted(k for k in now if k not in saved)
+
+
+def _data_written(path: Path) -> bool:
+    """Whether the run wrote anything beyond its bookkeeping (manifest, config, lock): then it has started."""
+    for f in path.rglob("*"):
+        if f.relative_to(path).parts[0] in ("tensorboard", "wandb"):  # the loggers' own files, made at start
+            continue
+        if f.is_file() and f.name not in (MANIFEST, "config.yaml", LOCK) and f.stat().st_size > 0:
+            return True
+    return False
+
+
 @contextmanager
 def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Iterator[Run]:
-    """Create (or, with cfg.resume, reopen) a run directory; mark it failed if the body raises."""
+    """Create (or, with cfg.resume, reopen) a run directory and hold its writer lock for the body. A body that
+    raises marks the run failed; a new run that wrote nothing yet is removed, so no empty failed run is left."""
+    from seedcli.loggers import check_installed, parse_loggers, start_mirror
+
+    loggers = parse_loggers(getattr(cfg, "logger", "jsonl"))
+    check_installed(loggers)  # a missing extra fails before any directory exists
     stage_dir = Path(cfg.runs_dir) / stage
     chash = cfg.config_hash()
     path: Path | None = None
+    lock: RunLock
     if cfg.resume:
         path = find_resumable(stage_dir, chash) if cfg.resume == "auto" else Path(cfg.resume)
         if path is None:
@@ -261,24 +449,35 @@ def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Ite
         if manifest.status == "complete":
             raise UserError(f"--resume {path}: the run is already complete; nothing to resume")
         if manifest.config_hash != chash:
+            diff = config_differences(manifest.config, cfg)
             raise UserError(
-                f"--resume {path}: the run was made with a different config; pass the same options as the original "
-                f"(see {path / 'config.yaml'})"
+                f"--resume {path}: these options differ from the run's saved config: {', '.join(diff) or '?'}; "
+                f"drop them (`seed {stage} --resume {path}` reads {path / 'config.yaml'}) or start a new run"
             )
+        lock = RunLock(path)
+        lock.acquire(argv)  # refuses a run whose writer is alive: one writer per run
+        manifest = read_manifest(path)  # reread under the lock
         manifest.status = "running"
         manifest.error = None
         manifest.resumed += 1
         manifest.argv = argv if argv is not None else sys.argv
         run = Run(path, manifest)
+        new = False
     else:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         run_id = f"{stamp}-{chash[:8]}"
-        path = stage_dir / run_id
+        stage_dir.mkdir(parents=True, exist_ok=True)
         n = 1
-        while path.exists():
-            n += 1
-            path = stage_dir / f"{run_id}.{n}"
-        path.mkdir(parents=True)
+        path = stage_dir / run_id
+        while True:
+            try:
+                path.mkdir()  # exclusive: two runs started in the same second get different directories
+                break
+            except FileExistsError:
+                n += 1
+                path = stage_dir / f"{run_id}.{n}"
+        lock = RunLock(path)
+        lock.acquire(argv)
         manifest = Manifest(
             stage=stage,
             run_id=path.name,
@@ -293,13 +492,27 @@ def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Ite
         )
         run = Run(path, manifest)
         atomic_write_text(path / "config.yaml", to_yaml(cfg))
-    run.save()
+        new = True
+    global CURRENT_RUN
+    CURRENT_RUN = path
+    mirror = None
     try:
+        run.save()
+        mirror = start_mirror(path, loggers, run.id, stage, manifest.config)
         yield run
     except BaseException as exc:
-        if run.manifest.status != "complete":
+        if mirror is not None:
+            mirror.close()
+            mirror = None
+        if new and not _data_written(path):
+            shutil.rmtree(path, ignore_errors=True)  # never started: nothing to keep, nothing to resume
+        elif run.manifest.status != "complete":
             run.fail(f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        if mirror is not None:
+            mirror.close()
+        lock.release()
 
 
 def verify_run(run_dir: Path, stage: str | tuple[str, ...], check_hashes: bool = True) -> Manifest:
@@ -310,15 +523,23 @@ def verify_run(run_dir: Path, stage: str | tuple[str, ...], check_hashes: bool =
     if manifest.stage not in stages:
         raise UserError(f"{run_dir}: a {manifest.stage} run, but a {' or '.join(stages)} run is needed here")
     if manifest.status != "complete":
+        state = run_state(run_dir, manifest)
+        if state == "running":
+            raise UserError(
+                f"{run_dir}: the {manifest.stage} run is still running ({_describe(read_lock(run_dir) or {})}); "
+                "wait for it to finish or pick another run"
+            )
         raise UserError(
-            f"{run_dir}: the {manifest.stage} run is {manifest.status}, not complete; "
+            f"{run_dir}: the {manifest.stage} run is {state}, not complete; "
             f"finish it with `seed {manifest.stage} --resume {run_dir}` or pick another run"
         )
     if check_hashes:
         for out in manifest.outputs:
             f = run_dir / out.path
             if not f.exists():
-                raise UserError(f"{run_dir}: output {out.path} is missing; the run was modified — rerun {manifest.stage}")
+                raise UserError(
+                    f"{run_dir}: output {out.path} is missing; the run was modified — rerun {manifest.stage}"
+                )
             if f.stat().st_size != out.bytes or sha256_file(f) != out.sha256:
                 raise UserError(
                     f"{run_dir}: {out.path} does not match its sha256 in the manifest (modified or tampered); "
@@ -367,4 +588,19 @@ def list_runs(runs_dir: str) -> list[tuple[Path, Manifest]]:
                     out.append((d, read_manifest(d)))
                 except UserError:
                     continue
+    return out
+
+
+def damaged_runs(runs_dir: str) -> list[tuple[Path, str]]:
+    """Run directories `list_runs` skips, each with the reason (no or unreadable manifest)."""
+    out: list[tuple[Path, str]] = []
+    root = Path(runs_dir)
+    if not root.exists():
+        return out
+    for sdir in sorted(p for p in root.iterdir() if p.is_dir() and p.name in STAGES):
+        for d in sorted(p for p in sdir.iterdir() if p.is_dir() and not p.is_symlink()):
+            try:
+                read_manifest(d)
+            except UserError as exc:
+                out.append((d, str(exc).removeprefix(f"{d}: ").removeprefix(f"{d / MANIFEST}: ")))
     return out

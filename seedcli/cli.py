@@ -246,10 +246,8 @@ def model_init(
 ) -> None:
     """Build a small model in code (random weights, offline tokenizer) — no model hub needed."""
     try:
-        from seedcli.engines.tiny import build_tiny_model
+        from seedcli.engines.tiny import PRESETS, build_tiny_model
         from seedcli.prompts import tokenizer_corpus
-
-        from seedcli.engines.tiny import PRESETS
 
         if preset not in PRESETS:
             raise UserError(f"unknown preset '{preset}'; use one of {', '.join(PRESETS)}")

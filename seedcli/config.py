@@ -283,7 +283,17 @@ class EvalConfig(RolloutConfig):
     )
     from_run: str | None = Field(None, description="sft or rl run (or a checkpoint inside one) to evaluate")
     policy: Literal["model", "expert", "random"] = Field("model", description="model | expert | random")
-    limit: int | None = Field(None, ge=1, description="evaluate only the first N games (the result is marked partial)")
+    limit: int | None = Field(
+        None, ge=1, description="evaluate only N games (search: N per data source); the result is marked partial"
+    )
+    datasets: list[str] | None = Field(
+        None, description="evaluate only these categories, comma-separated (search: data sources, e.g. nq,bamboogle)"
+    )
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _datasets_csv(cls, v: Any) -> Any:
+        return [s.strip() for s in v.split(",") if s.strip()] if isinstance(v, str) else v
 
 
 STAGE_CONFIGS: dict[str, type[StageConfig]] = {
@@ -336,6 +346,10 @@ def resolve_preset(name_or_path: str) -> Path:
     raise UserError(f"config '{name_or_path}' not found; presets: {', '.join(names)} (or pass a YAML file path)")
 
 
+# sections a preset may hold for the scripts around the stages (not read by any stage), with their keys
+SCRIPT_SECTIONS: dict[str, tuple[str, ...]] = {"warm_start": ("games", "epochs", "noise", "seed")}
+
+
 def nearest(key: str, valid: list[str] | tuple[str, ...]) -> str:
     """'; did you mean X?' for the closest valid key, or '' when none is close."""
     match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
@@ -364,6 +378,13 @@ def check_yaml_keys(data: dict, path: Path) -> None:
                         f"{path}: unknown key '{key}.{sub}'{nearest(str(sub), fields)} "
                         f"(`seed {key} --help` lists the keys)"
                     )
+        elif key in SCRIPT_SECTIONS and isinstance(value, dict):
+            for sub in value:
+                if str(sub) not in SCRIPT_SECTIONS[key]:
+                    raise UserError(
+                        f"{path}: unknown key '{key}.{sub}'{nearest(str(sub), SCRIPT_SECTIONS[key])} "
+                        f"(valid: {', '.join(SCRIPT_SECTIONS[key])})"
+                    )
         elif isinstance(value, dict):
             raise UserError(
                 f"{path}: unknown section '{key}'{nearest(key, list(STAGE_CONFIGS))} "
@@ -391,6 +412,8 @@ def _resume_values(stage: str, run_dir: Path, given: dict[str, Any], source: str
     """`--resume DIR`: the run's saved config, with the options given again checked against it. Options that do not
     change what the run computes (workers, batch sizes, device) may differ; any other difference is refused."""
     cls = STAGE_CONFIGS[stage]
+    if run_dir.is_symlink():  # runs/<stage>/latest: resume the run it points to, not the pointer
+        run_dir = run_dir.parent / run_dir.readlink()
     if not run_dir.is_dir():
         raise UserError(
             f"--resume {run_dir}: not a directory; pass a run directory (or a bare --resume for the newest)"

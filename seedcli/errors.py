@@ -5,3 +5,10 @@ class UserError(Exception):
     """A problem with the user's input, data or environment; the message says what is wrong and how to fix it."""
 
     exit_code = 2
+
+
+class StageFailed(UserError):
+    """The stage ran but did nothing useful (e.g. every analyzer request failed): the run is marked failed, `latest`
+    stays where it was, and the message says what to do; exit code 1."""
+
+    exit_code = 1

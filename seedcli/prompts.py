@@ -1,4 +1,7 @@
-"""Versioned prompt templates: the agent's turn prompt, the skill-augmented variant, and the analysis prompt.
+"""Versioned prompt templates: ALFWorld's agent turn prompt, the skill-augmented variant, and the analysis prompt.
+
+Other environments render their own agent prompts (`Environment.render_prompt`); the analysis prompt is shared and
+opens with the environment's `analysis_description`.
 
 Every record stores the version of the template that produced it, so a changed template never silently mixes with
 old data: bump the version whenever the rendered text changes.
@@ -6,8 +9,9 @@ old data: bump the version whenever the rendered text changes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
+
+from seedcli.envs.base import SKILL_HEADING, SKILL_INSTRUCTION, insert_after_line, parse_think_action
 
 AGENT_PROMPT_VERSION = "alfworld-agent-v1"
 ANALYSIS_PROMPT_VERSION = "analysis-v1"
@@ -31,8 +35,7 @@ _AGENT_TAIL = (
     "within <action> </action> tags."
 )
 
-SKILL_HEADING = "Episode-Level Skill"
-SKILL_INSTRUCTION = "Use the following skill, learned in hindsight from this kind of task, to choose your actions."
+__all__ = ["SKILL_HEADING", "SKILL_INSTRUCTION"]  # re-exported from seedcli.envs.base
 
 
 def render_agent_prompt(
@@ -57,28 +60,17 @@ def render_agent_prompt(
     return text + _AGENT_TAIL.format(step=step, observation=observation, admissible=admissible_text)
 
 
-def insert_skill(prompt: str, skill: str) -> str:
-    """The skill-augmented prompt: the skill block goes right after the task line (DESIGN.md §1, Stage 2 step 3)."""
-    start = prompt.find(TASK_LINE_PREFIX)
-    if start < 0:
-        raise ValueError("prompt has no task line to insert a skill after")
-    end = prompt.index("\n", start) + 1
-    block = f"\n## {SKILL_HEADING}\n{SKILL_INSTRUCTION}\n{skill.strip()}\n\n"
-    return prompt[:end] + block + prompt[end:]
-
-
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
+def insert_skill(prompt: str, skill: str, task_line_prefix: str = TASK_LINE_PREFIX) -> str:
+    """The skill-augmented prompt: the skill block goes right after the task line (DESIGN.md §1, Stage 2 step 3).
+    Other environments: `get_env(name).insert_skill` (their task line differs)."""
+    return insert_after_line(prompt, task_line_prefix, skill)
 
 
 def parse_action(response: str) -> tuple[str, bool]:
-    """(action, valid) of a response. Valid when both tags are present and the action is non-empty; the action is
-    lower-cased and stripped. An invalid turn still sends its action text (possibly empty) to the game."""
-    think = _THINK.search(response)
-    actions = _ACTION.findall(response)
-    action = actions[-1].strip().lower() if actions else ""
-    action = " ".join(action.split())
-    return action, bool(think) and bool(action)
+    """ALFWorld's (action, valid) of a response. Valid when both tags are present and the action is non-empty; the
+    action is lower-cased and stripped. An invalid turn still sends its action text (possibly empty) to the game.
+    Other environments: `get_env(name).parse_action`."""
+    return parse_think_action(response)
 
 
 def format_response(think: str, action: str) -> str:
@@ -89,8 +81,12 @@ def format_response(think: str, action: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # Analysis prompt (annotate, sft and rl share it)
 
+ALFWORLD_ANALYSIS_DESCRIPTION = (
+    "You are an expert analyst of embodied agents in the ALFRED household environment (ALFWorld)."
+)
+
 _ANALYSIS_HEAD = (
-    "You are an expert analyst of embodied agents in the ALFRED household environment (ALFWorld). Read the episode "
+    "{description} Read the episode "
     "below and extract one hindsight skill the agent should use next time it faces this kind of task.\n\n"
     "Task: {task}\n"
     "Outcome: {outcome} after {length} step(s).\n\n"
@@ -116,10 +112,19 @@ SCHEMA_REMINDER = (
 )
 
 
-def render_analysis_prompt(task: str, won: bool, turns: Iterable[dict], max_chars: int | None = None) -> str:
+def render_analysis_prompt(
+    task: str,
+    won: bool,
+    turns: Iterable[dict],
+    max_chars: int | None = None,
+    *,
+    description: str = ALFWORLD_ANALYSIS_DESCRIPTION,
+    score: float | None = None,
+) -> str:
     """The analyzer's user message for one finished episode. `turns` yields dicts with `observation`, `response` and
     `valid`. With `max_chars`, the oldest steps are dropped first (the prompt keeps the task and outcome) and a
-    line says how many were cut — used by sft to fit `--max-length`."""
+    line says how many were cut — used by sft to fit `--max-length`. `description` is the environment's
+    `analysis_description`; a fractional `score` (strictly between 0 and 1) is shown with the outcome."""
     rendered = []
     for i, turn in enumerate(turns, start=1):
         validity = "valid" if turn["valid"] else "INVALID (format error)"
@@ -127,13 +132,16 @@ def render_analysis_prompt(task: str, won: bool, turns: Iterable[dict], max_char
             f"Step {i}\nObservation: {turn['observation']}\nAgent response ({validity}): {turn['response']}"
         )
     outcome = "SUCCESS" if won else "FAILURE"
+    if score is not None and 0.0 < score < 1.0:
+        outcome += f" (score {score:.2f} of 1)"
     kind = _KIND_SUCCESS if won else _KIND_FAILURE
 
     def build(steps: list[str], cut: int) -> str:
         body = "\n\n".join(steps)
         if cut:
             body = f"[{cut} earlier step(s) omitted]\n\n" + body
-        return _ANALYSIS_HEAD.format(task=task, outcome=outcome, length=len(rendered), steps=body) + (
+        head = _ANALYSIS_HEAD.format(description=description, task=task, outcome=outcome, length=len(rendered), steps=body)
+        return head + (
             _ANALYSIS_TAIL.format(kind=kind)
         )
 
@@ -148,6 +156,21 @@ def render_analysis_prompt(task: str, won: bool, turns: Iterable[dict], max_char
 def analysis_turns(trajectory) -> list[dict]:
     """The per-step view the analysis prompt needs, from a Trajectory record."""
     return [{"observation": t.observation, "response": t.response, "valid": t.valid} for t in trajectory.turns]
+
+
+def render_trajectory_analysis(trajectory, max_chars: int | None = None) -> str:
+    """The analysis prompt of a Trajectory record, described for its own environment."""
+    from seedcli.envs import get_env
+
+    env = get_env(trajectory.env)
+    return render_analysis_prompt(
+        trajectory.task,
+        trajectory.won,
+        analysis_turns(trajectory),
+        max_chars,
+        description=env.analysis_description,
+        score=trajectory.score,
+    )
 
 
 def tokenizer_corpus() -> list[str]:

@@ -1,4 +1,10 @@
-"""Trajectory, turn and skill records and their JSON Lines I/O (orjson, append-as-produced, crash tolerant)."""
+"""Trajectory, turn and skill records and their JSON Lines I/O (orjson, append-as-produced, crash tolerant).
+
+Record schema 2 (environment plug-ins): a trajectory names its `env`, `task_id`, `category` and `score`. Schema-1
+records (ALFWorld only: `game_file`, `task_type`, no `schema_version`) still load: they are migrated on read
+(task_id = game_file, category = task_type, env = alfworld, score = won). A record of a newer schema is refused
+with a one-line error naming both versions.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,32 @@ from pathlib import Path
 from typing import TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seedcli.errors import UserError
 
 T = TypeVar("T", bound=BaseModel)
+
+RECORD_SCHEMA_VERSION = 2
+
+
+def _migrate(data: object, kind: str, legacy: dict[str, str]) -> object:
+    """Schema-1 fields renamed to schema 2 (ALFWorld's only); a newer schema is refused."""
+    if not isinstance(data, dict):
+        return data
+    version = data.get("schema_version", 1)
+    if isinstance(version, int) and version > RECORD_SCHEMA_VERSION:
+        raise ValueError(
+            f"{kind} record schema {version} is newer than this seedcli's ({RECORD_SCHEMA_VERSION}); upgrade seedcli"
+        )
+    if any(old in data for old in legacy):
+        data = dict(data)
+        for old, new in legacy.items():
+            if old in data:
+                value = data.pop(old)
+                data.setdefault(new, value)
+        data.setdefault("env", "alfworld")
+    return data
 
 
 class Turn(BaseModel):
@@ -22,31 +49,38 @@ class Turn(BaseModel):
 
     step: int = Field(description="1-based step number within the episode")
     observation: str = Field(description="observation shown in this turn's prompt")
-    admissible: list[str] = Field(description="admissible actions shown in the prompt (without 'help')")
+    admissible: list[str] = Field(
+        description="admissible actions shown in the prompt (without 'help'); empty for free-text environments"
+    )
     prompt: str = Field(description="the user message of this turn (before the chat template)")
     response: str = Field(description="the generated text")
     response_ids: list[int] = Field(default_factory=list, description="generated token ids, stop token included")
     logprobs: list[float] = Field(default_factory=list, description="engine log-prob of each generated token")
-    action: str = Field(description="parsed, lower-cased action sent to the game")
-    valid: bool = Field(description="both tags present and the action non-empty")
-    admissible_action: bool = Field(default=False, description="the action was one of the admissible actions")
+    action: str = Field(description="the action the environment's parser sent to the game")
+    valid: bool = Field(description="the response follows the environment's format (ALFWorld: both tags, an action)")
+    admissible_action: bool = Field(
+        default=False, description="the action was one of the admissible actions (free text: the turn was valid)"
+    )
     finish_reason: str = Field(default="stop", description="'stop' or 'length'")
 
 
 class Trajectory(BaseModel):
-    """One finished episode of one game."""
+    """One finished episode of one task."""
 
     model_config = ConfigDict(extra="forbid")
 
+    schema_version: int = Field(RECORD_SCHEMA_VERSION, description="record schema (2: env plug-ins)")
     episode_id: str
-    group_id: str = Field(description="episodes of the same game in the same run share a group id")
-    game_file: str = Field(description="game.tw-pddl path relative to ALFWORLD_DATA")
+    group_id: str = Field(description="episodes of the same task in the same run share a group id")
+    env: str = Field("alfworld", description="environment name (alfworld | webshop | search)")
+    task_id: str = Field(description="the task's stable id (ALFWorld: game.tw-pddl path relative to ALFWORLD_DATA)")
     split: str
-    task_type: str
+    category: str = Field(description="ALFWorld task type, WebShop product category, search data source")
     task: str
     turns: list[Turn]
     won: bool
-    reward: float = Field(description="10 if won else 0 (invalid-turn penalties are per turn, in rl)")
+    score: float = Field(0.0, ge=0.0, le=1.0, description="the episode's score in [0, 1] (ALFWorld: won)")
+    reward: float = Field(description="success reward if won else 0 (invalid-turn penalties are per turn, in rl)")
     length: int
     engine: str
     model_id: str
@@ -56,9 +90,27 @@ class Trajectory(BaseModel):
     seed: int
     policy: str = Field(default="model", description="model | expert | random")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _schema1(cls, data: object) -> object:
+        data = _migrate(data, "trajectory", {"game_file": "task_id", "task_type": "category"})
+        if isinstance(data, dict) and "score" not in data and "won" in data and data.get("env") == "alfworld":
+            data = {**data, "score": 1.0 if data["won"] else 0.0}
+        return data
+
     @property
     def invalid_turns(self) -> int:
         return sum(not t.valid for t in self.turns)
+
+    @property
+    def task_type(self) -> str:
+        """Schema-1 name of `category`."""
+        return self.category
+
+    @property
+    def game_file(self) -> str:
+        """Schema-1 name of `task_id` (ALFWorld)."""
+        return self.task_id
 
 
 class SkillRecord(BaseModel):
@@ -66,9 +118,11 @@ class SkillRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    schema_version: int = Field(RECORD_SCHEMA_VERSION, description="record schema (2: env plug-ins)")
     episode_id: str
     key: str = Field(description="hash of (analyzer, model, prompt version, trajectory)")
-    task_type: str
+    env: str = Field("alfworld", description="environment of the trajectory")
+    category: str = Field(description="the trajectory's category (ALFWorld task type)")
     task: str
     won: bool
     analyzer: str
@@ -80,6 +134,16 @@ class SkillRecord(BaseModel):
     episode_skill: str | None = None
     reason: str | None = Field(default=None, description="why the record was rejected; None when kept")
     usage: dict = Field(default_factory=dict, description="prompt_tokens, completion_tokens, latency_s, attempts")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schema1(cls, data: object) -> object:
+        return _migrate(data, "skill", {"task_type": "category"})
+
+    @property
+    def task_type(self) -> str:
+        """Schema-1 name of `category`."""
+        return self.category
 
 
 def dumps(record: BaseModel | dict) -> bytes:
@@ -148,13 +212,21 @@ def iter_jsonl(path: Path, model: type[T] | None = None) -> Iterator[T | dict]:
                 continue
             try:
                 data = orjson.loads(line)
-                yield model.model_validate(data) if model is not None else data
+                version = data.get("schema_version") if isinstance(data, dict) else None
+                newer = model is not None and isinstance(version, int) and version > RECORD_SCHEMA_VERSION
+                record = data if model is None or newer else model.model_validate(data)
             except Exception as exc:  # noqa: BLE001 - any parse/validation problem is the same user error
                 first = str(exc).splitlines()[0][:200]
                 raise UserError(
                     f"{path}:{lineno}: not a valid {model.__name__ if model else 'JSON'} record ({first}); "
                     "the file was modified or is from another version — rerun the stage that wrote it"
                 ) from None
+            if newer:
+                raise UserError(
+                    f"{path}:{lineno}: record schema {version} is newer than this seedcli's ({RECORD_SCHEMA_VERSION}); "
+                    "upgrade seedcli to read it"
+                )
+            yield record
 
 
 def read_jsonl(path: Path, model: type[T] | None = None) -> list[T | dict]:

@@ -1,7 +1,8 @@
 """Eval results, markdown reports, run comparisons and plots: pure functions over records and files.
 
-`seed eval` plays the games and then calls `summarize_episodes` → results.json, `render_report` → report.md and
-`plot_success_by_type` → success_by_type.png (or `write_eval_outputs` for all three). `seed report RUN...` compares
+`seed eval` plays the tasks and then calls `summarize_episodes` → results.json, `render_report` → report.md and
+`plot_success_by_type` → success_by_type.png (or `write_eval_outputs` for all three). Categories, metric names and
+the paper's numbers come from the environment (`seedcli.envs`), named by results.json's `env`. `seed report RUN...` compares
 eval runs (`report_command`); `seed plot RUN...` draws training curves from rl runs' metrics.jsonl (`plot_command`).
 
 No torch here. matplotlib is imported inside the plotting functions and draws with the Agg canvas (no display).
@@ -19,13 +20,17 @@ from typing import Any
 import orjson
 
 from seedcli.artifacts import atomic_write_bytes, atomic_write_text
+from seedcli.envs import env_class
+from seedcli.envs.base import Environment
 from seedcli.errors import UserError
 from seedcli.records import Trajectory
 
-RESULTS_SCHEMA_VERSION = 1
+# 2: per-category results under `categories` (schema 1 named them `task_types`; still read), `env`, scores.
+RESULTS_SCHEMA_VERSION = 2
 RESULTS = "results.json"
 METRICS = "metrics.jsonl"
 
+# ALFWorld's, kept for older callers; each environment declares its own (Environment.categories, .paper_results).
 TASK_TYPES_ORDER = ["pick", "look", "clean", "heat", "cool", "pick_two"]
 TASK_TYPE_NAMES = {
     "pick": "Pick",
@@ -35,26 +40,11 @@ TASK_TYPE_NAMES = {
     "cool": "Cool",
     "pick_two": "Pick Two",
 }
-
-# Games per evaluation split (DESIGN.md §2); a run with fewer episodes is not comparable with the paper.
-SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}
-
-# Paper results (Qwen2.5-3B-Instruct, ALFWorld), DESIGN.md §1, as fractions like our success rates.
-# The design card gives only the macro-average over the six task types, so that is all we store and show;
-# per-type paper numbers are deliberately absent rather than guessed.
 PAPER_MODEL = "Qwen2.5-3B"
-PAPER_RESULTS: dict[str, dict[str, dict[str, float]]] = {
-    "valid_seen": {
-        "Vanilla": {"macro_success": 0.219},
-        "GRPO": {"macro_success": 0.750},
-        "SDAR": {"macro_success": 0.844},
-        "SEED": {"macro_success": 0.918},
-    },
-    "valid_unseen": {
-        "GRPO": {"macro_success": 0.709},
-        "SEED": {"macro_success": 0.862},
-    },
-}
+PAPER_RESULTS: dict[str, dict[str, dict[str, float]]] = env_class("alfworld").paper_results
+
+# Metrics a results.json holds and how they are shown; environments pick theirs (`metric_labels`).
+_METRIC_KEYS = ("macro_success", "micro_success", "mean_score", "macro_score")
 
 # Training-curve families: (file stem, panel title, y label, [(series suffix, metric keys tried in order)]).
 # A run contributes the first key of a series that it logged at all; keys it never logged are skipped.
@@ -66,6 +56,8 @@ CURVE_FAMILIES: list[tuple[str, str, str, list[tuple[str, list[str]]]]] = [
         "success rate",
         [("train", ["rollout/success_rate", "env/success_rate"]), ("val", ["val/success_rate"])],
     ),
+    # the env's score in [0, 1] (WebShop: purchase reward; search: exact match; ALFWorld: = success)
+    ("score", "Score", "mean score", [("train", ["reward/score_mean"]), ("val", ["val/score"])]),
     ("episode_length", "Episode length", "steps", [("", ["env/episode_length", "rollout/episode_length"])]),
     ("opd_loss", "OPD loss", "opd/loss", [("", ["opd/loss"])]),
     ("gate_mean", "OPD gate mean", "opd/gate_mean", [("", ["opd/gate_mean"])]),
@@ -82,14 +74,22 @@ def canonical_split(split: str) -> str:
     return {"seen": "valid_seen", "unseen": "valid_unseen"}.get(split, split)
 
 
-def type_name(task_type: str) -> str:
+def type_name(task_type: str, env: Environment | type[Environment] | None = None) -> str:
+    """Display name of a category (ALFWorld task type by default)."""
+    if env is not None:
+        return env.category_name(task_type)
     return TASK_TYPE_NAMES.get(task_type, task_type.replace("_", " ").title())
 
 
-def _ordered_types(types: Iterable[str]) -> list[str]:
-    """The six ALFWorld types in the paper's order, then any unknown type alphabetically."""
+def _env_of(results: dict) -> type[Environment]:
+    return env_class(results.get("env") or "alfworld")
+
+
+def _ordered_types(types: Iterable[str], env: type[Environment] | None = None) -> list[str]:
+    """The environment's categories in report order, then any unknown one alphabetically."""
     types = set(types)
-    return TASK_TYPES_ORDER + sorted(types - set(TASK_TYPES_ORDER))
+    known = list(env.categories) if env is not None else TASK_TYPES_ORDER
+    return known + sorted(types - set(known))
 
 
 def _one_or_all(values: list[Any]) -> Any:
@@ -107,18 +107,33 @@ def _ratio(num: float, den: float) -> float | None:
 
 
 def summarize_episodes(
-    episodes: list[Trajectory], *, split: str, partial: bool, expected_games: int, wall_time_s: float
+    episodes: list[Trajectory],
+    *,
+    split: str,
+    partial: bool,
+    expected_games: int,
+    wall_time_s: float,
+    env: str | None = None,
 ) -> dict:
-    """The content of results.json: success per task type, macro (the paper's headline) and micro averages, cost."""
+    """The content of results.json: success and score per category, their macro averages (ALFWorld's headline),
+    micro success and mean score over all episodes (WebShop's), cost. `env` defaults to the episodes' own."""
+    env_name = env or (episodes[0].env if episodes else "alfworld")
+    cls = env_class(env_name)
     by_type: dict[str, list[Trajectory]] = {}
     for ep in episodes:
-        by_type.setdefault(ep.task_type, []).append(ep)
-    task_types: dict[str, dict] = {}
-    for t in _ordered_types(by_type):
+        by_type.setdefault(ep.category, []).append(ep)
+    categories: dict[str, dict] = {}
+    for t in _ordered_types(by_type, cls):
         eps = by_type.get(t, [])
         wins = sum(ep.won for ep in eps)
-        task_types[t] = {"games": len(eps), "wins": wins, "success_rate": _ratio(wins, len(eps))}
-    rates = [v["success_rate"] for v in task_types.values() if v["games"]]
+        categories[t] = {
+            "games": len(eps),
+            "wins": wins,
+            "success_rate": _ratio(wins, len(eps)),
+            "mean_score": _ratio(sum(ep.score for ep in eps), len(eps)),
+        }
+    rates = [v["success_rate"] for v in categories.values() if v["games"]]
+    scores = [v["mean_score"] for v in categories.values() if v["games"]]
     turns = sum(len(ep.turns) for ep in episodes)
     invalid = sum(ep.invalid_turns for ep in episodes)
     wins = sum(ep.won for ep in episodes)
@@ -132,14 +147,17 @@ def summarize_episodes(
     )
     return {
         "schema_version": RESULTS_SCHEMA_VERSION,
-        "split": canonical_split(split),
+        "env": cls.name,
+        "split": canonical_split(split) if cls.name == "alfworld" else split,
         "partial": bool(partial),
         "episodes": len(episodes),
         "expected_games": expected_games,
-        "task_types": task_types,
+        "categories": categories,
         "macro_success": round(sum(rates) / len(rates), 6) if rates else None,
         "macro_types": len(rates),
         "micro_success": _ratio(wins, len(episodes)),
+        "mean_score": _ratio(sum(ep.score for ep in episodes), len(episodes)),
+        "macro_score": round(sum(scores) / len(scores), 6) if scores else None,
         "wins": wins,
         "mean_episode_length": _ratio(sum(ep.length for ep in episodes), len(episodes)),
         "turns": turns,
@@ -166,11 +184,20 @@ def load_results(run: str | Path) -> dict:
         data = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({str(exc).splitlines()[0]}); rerun `seed eval`") from None
-    missing = [k for k in ("task_types", "macro_success", "split") if not isinstance(data, dict) or k not in data]
+    if isinstance(data, dict) and "task_types" in data and "categories" not in data:
+        data["categories"] = data.pop("task_types")  # schema 1: ALFWorld only
+        data.setdefault("env", "alfworld")
+    missing = [k for k in ("categories", "macro_success", "split") if not isinstance(data, dict) or k not in data]
     if missing:
         raise UserError(f"{path}: not a seedcli eval result (missing {', '.join(missing)}); rerun `seed eval`")
     if data.get("schema_version", 0) > RESULTS_SCHEMA_VERSION:
         raise UserError(f"{path}: results schema {data['schema_version']} is newer than this seedcli; upgrade seedcli")
+    try:
+        _env_of(data)
+    except UserError:
+        raise UserError(
+            f"{path}: results of environment {data.get('env')!r}, which this seedcli does not know"
+        ) from None
     return data
 
 
@@ -217,55 +244,94 @@ def _num(x: float | None, fmt: str = "{:.1f}") -> str:
 def partial_line(results: dict) -> str | None:
     """The warning for a result that does not cover the whole split, or None."""
     n, m = results.get("episodes", 0), results.get("expected_games", 0)
+    tasks = _plural(_env_of(results).task_noun)
     if results.get("partial"):
-        return f"Partial result: {n} of {m} games (--limit) — not comparable with the paper"
+        return f"Partial result: {n} of {m} {tasks} (--limit) — not comparable with the paper"
     if m and n < m:
-        return f"Incomplete result: {n} of {m} games were played — not comparable with the paper"
+        return f"Incomplete result: {n} of {m} {tasks} were played — not comparable with the paper"
     return None
+
+
+def _plural(noun: str) -> str:
+    return noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
 
 
 def _marked(label: str, results: dict) -> str:
     return f"{label} (partial)" if partial_line(results) else label
 
 
+def _metric_cell(results: dict, key: str) -> str:
+    v = results.get(key)
+    return _pct(v) if "success" in key else _num(None if v is None else 100 * v)
+
+
+def _metric_label(key: str, env: type[Environment]) -> str:
+    return env.metric_labels.get(key) or key.replace("_", " ")
+
+
 def render_report(results: dict, *, title: str, model_desc: str, run_id: str) -> str:
-    """report.md of one eval run: per-type success table, our macro beside the paper's, episode statistics."""
+    """report.md of one eval run: per-category table, our headline metrics beside the paper's, episode statistics."""
+    env = _env_of(results)
     split = results["split"]
+    cats = results["categories"]
+    with_score = any(k.endswith("_score") for k in env.metric_labels)
+    noun = env.category_label
     lines = [f"# {title}", ""]
-    lines.append(f"- Split: {split} ({results.get('episodes', 0)} of {results.get('expected_games', '?')} games)")
+    lines.append(
+        f"- Environment: {env.title}; split: {split} ({results.get('episodes', 0)} of "
+        f"{results.get('expected_games', '?')} {_plural(env.task_noun)})"
+    )
     lines.append(f"- Model: {model_desc}")
     lines.append(f"- Run: {run_id}")
     warn = partial_line(results)
     if warn:
         lines += ["", f"> **{warn}.**"]
-    lines += ["", "## Success by task type", "", "| Task type | Games | Wins | Success |", "|---|--:|--:|--:|"]
-    for t, row in results["task_types"].items():
-        lines.append(f"| {type_name(t)} | {row['games']} | {row['wins']} | {_pct(row['success_rate'])} |")
-    lines.append(f"| **Macro average** | | | **{_pct(results['macro_success'])}** |")
-    lines.append(
-        f"| Micro average | {results.get('episodes', 0)} | {results.get('wins', '—')} | "
-        f"{_pct(results.get('micro_success'))} |"
-    )
+    score_head, score_rule = (" Score |", "--:|") if with_score else ("", "")
     lines += [
         "",
-        f"Macro = mean of the per-type success rates over the {results.get('macro_types', '?')} task types that had "
-        "games (the paper's headline); micro = all games pooled.",
+        f"## Success by {noun}",
+        "",
+        f"| {noun.capitalize()} | {_plural(env.task_noun).capitalize()} | Wins | Success |{score_head}",
+        f"|---|--:|--:|--:|{score_rule}",
+    ]
+    for t, row in cats.items():
+        score = f" {_num(None if row.get('mean_score') is None else 100 * row['mean_score'])} |" if with_score else ""
+        lines.append(f"| {type_name(t, env)} | {row['games']} | {row['wins']} | {_pct(row['success_rate'])} |{score}")
+    macro_score = f" {_metric_cell(results, 'macro_score')} |" if with_score else ""
+    micro_score = f" {_metric_cell(results, 'mean_score')} |" if with_score else ""
+    lines.append(f"| **Macro average** | | | **{_pct(results['macro_success'])}** |{macro_score}")
+    lines.append(
+        f"| Micro average | {results.get('episodes', 0)} | {results.get('wins', '—')} | "
+        f"{_pct(results.get('micro_success'))} |{micro_score}"
+    )
+    headline = next(iter(env.metric_labels))
+    lines += [
+        "",
+        f"Macro = mean over the {results.get('macro_types', '?')} {_plural(noun)} that had {_plural(env.task_noun)}; "
+        f"micro = all {_plural(env.task_noun)} pooled"
+        + ("; score = mean reward in [0, 100]" if with_score else "")
+        + f". Headline: {_metric_label(headline, env)}.",
     ]
 
-    paper = PAPER_RESULTS.get(split)
-    lines += ["", f"## Paper ({PAPER_MODEL}, DESIGN.md §1)", ""]
+    paper = env.paper_results.get(split)
+    lines += ["", f"## Paper ({env.paper_model}, DESIGN.md §1)", ""]
     if paper:
-        lines += [f"| Method | Macro success ({split}) |", "|---|--:|"]
-        lines.append(f"| **This run**{' (partial)' if warn else ''} | **{_pct(results['macro_success'])}** |")
-        for method, row in paper.items():
-            lines.append(f"| {method} (paper) | {_pct(row['macro_success'])} |")
+        keys = [k for k in env.metric_labels if any(k in row for row in paper.values())]
         lines += [
-            "",
-            "The design card gives only the paper's macro averages; per-type paper numbers are not shown "
-            "rather than guessed.",
+            "| Method | " + " | ".join(f"{_metric_label(k, env).capitalize()} ({split})" for k in keys) + " |",
+            "|---|" + "--:|" * len(keys),
         ]
+        mine = " | ".join(f"**{_metric_cell(results, k)}**" for k in keys)
+        lines.append(f"| **This run**{' (partial)' if warn else ''} | {mine} |")
+        for method, row in paper.items():
+            cells = " | ".join(_metric_cell(row, k) if k in row else "—" for k in keys)
+            lines.append(f"| {method} (paper) | {cells} |")
+        lines += ["", env.paper_note]
     else:
-        lines.append(f"The paper reports no ALFWorld numbers for split `{split}` (only valid_seen and valid_unseen).")
+        known = ", ".join(env.paper_results) or "none"
+        lines.append(f"The paper reports no {env.title} numbers for split `{split}` (only {known}).")
+    if env.offline_note:
+        lines += ["", env.offline_note]
 
     invalid = results.get("invalid_turns")
     turns = results.get("turns")
@@ -284,13 +350,21 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
 
 
 def _all_types(results_list: list[tuple[str, dict]]) -> list[str]:
-    return _ordered_types(t for _, r in results_list for t in r["task_types"])
+    env = _env_of(results_list[0][1]) if results_list else None
+    return _ordered_types((t for _, r in results_list for t in r["categories"]), env)
 
 
 def compare_runs(results_list: list[tuple[str, dict]]) -> str:
-    """Markdown table with one column per run: per-type success, macro, micro, mean episode length."""
+    """Markdown table with one column per run: per-category success, macro, micro, mean episode length."""
     if not results_list:
         raise UserError("nothing to compare: pass at least one eval run")
+    envs = {r.get("env", "alfworld") for _, r in results_list}
+    if len(envs) > 1:
+        raise UserError(
+            f"seed report: the runs are of different environments ({', '.join(sorted(envs))}); compare "
+            "runs of one environment at a time"
+        )
+    env = _env_of(results_list[0][1])
     header = "| | " + " | ".join(_marked(label, r) for label, r in results_list) + " |"
     lines = ["# Eval comparison", "", header, "|---|" + "--:|" * len(results_list)]
 
@@ -302,13 +376,15 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
     for t in _all_types(results_list):
         cells = []
         for _, r in results_list:
-            cell = r["task_types"].get(t)
+            cell = r["categories"].get(t)
             cells.append(
                 f"{_pct(cell['success_rate'])} ({cell['wins']}/{cell['games']})" if cell and cell["games"] else "—"
             )
-        row(type_name(t), cells)
+        row(type_name(t, env), cells)
     row("**Macro**", [f"**{_pct(r['macro_success'])}**" for _, r in results_list])
     row("Micro", [_pct(r.get("micro_success")) for _, r in results_list])
+    if "mean_score" in env.metric_labels:
+        row("Score", [_metric_cell(r, "mean_score") for _, r in results_list])
     row("Mean length", [_num(r.get("mean_episode_length")) for _, r in results_list])
     notes = []
     splits = {r["split"] for _, r in results_list}
@@ -320,9 +396,10 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
         warn = partial_line(r)
         if warn:
             notes.append(f"{label}: {warn}.")
-    if len(splits) == 1 and (paper := PAPER_RESULTS.get(next(iter(splits)))):
-        paper_str = ", ".join(f"{m} {_pct(v['macro_success'])}" for m, v in paper.items())
-        notes.append(f"Paper macro averages ({PAPER_MODEL}, DESIGN.md §1): {paper_str}.")
+    if len(splits) == 1 and (paper := env.paper_results.get(next(iter(splits)))):
+        headline = next(iter(env.metric_labels))
+        paper_str = ", ".join(f"{m} {_metric_cell(v, headline)}" for m, v in paper.items() if headline in v)
+        notes.append(f"Paper {_metric_label(headline, env)} ({env.paper_model}, DESIGN.md §1): {paper_str}.")
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     lines.append("")
@@ -360,17 +437,19 @@ def _percent_axis(ax) -> None:
 
 
 def plot_success_by_type(results: dict, path: Path) -> Path:
-    """Bar chart of success per task type plus the macro average; the title says so when the result is partial."""
-    fig = _new_figure(8, 4.2)
+    """Bar chart of success per category plus the macro average (and score bars for environments that report a
+    score); the title says so when the result is partial."""
+    env = _env_of(results)
+    fig = _new_figure(max(8, 0.6 * len(results["categories"])), 4.2)
     ax = fig.add_subplot()
-    types = list(results["task_types"])
-    names = [type_name(t) for t in types] + ["Macro"]
-    rates = [results["task_types"][t]["success_rate"] for t in types] + [results["macro_success"]]
+    types = list(results["categories"])
+    names = [type_name(t, env) for t in types] + ["Macro"]
+    rates = [results["categories"][t]["success_rate"] for t in types] + [results["macro_success"]]
     colors = ["#4C72B0"] * len(types) + ["#DD8452"]
     heights = [r if r is not None else 0.0 for r in rates]
     bars = ax.bar(names, heights, color=colors)
-    rows = [results["task_types"][t] for t in types]
-    labels = [f"{r['wins']}/{r['games']}" if r["games"] else "no games" for r in rows] + [_pct(rates[-1])]
+    rows = [results["categories"][t] for t in types]
+    labels = [f"{r['wins']}/{r['games']}" if r["games"] else "none" for r in rows] + [_pct(rates[-1])]
     for bar, label in zip(bars, labels, strict=True):
         ax.annotate(
             label,
@@ -381,9 +460,21 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
             xytext=(0, 2),
             textcoords="offset points",
         )
+    if "mean_score" in env.metric_labels:
+        scores = [results["categories"][t].get("mean_score") for t in types] + [results.get("macro_score")]
+        ax.plot(
+            range(len(names)),
+            [x if x is not None else float("nan") for x in scores],
+            "D",
+            color="#55A868",
+            label="mean score",
+        )
+        ax.legend(fontsize=8, loc="upper right")
     _percent_axis(ax)
     ax.set_ylabel("success rate")
-    title = f"Success by task type — {results['split']}"
+    if len(names) > 8:
+        ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+    title = f"{env.title}: success by {env.category_label} — {results['split']}"
     if partial_line(results):
         title += f"\nPARTIAL: {results.get('episodes', 0)} of {results.get('expected_games', '?')} games"
     ax.set_title(title)
@@ -395,19 +486,20 @@ def plot_compare(results_list: list[tuple[str, dict]], path: Path) -> Path:
     if not results_list:
         raise UserError("nothing to compare: pass at least one eval run")
     types = _all_types(results_list)
-    groups = [type_name(t) for t in types] + ["Macro"]
+    env = _env_of(results_list[0][1])
+    groups = [type_name(t, env) for t in types] + ["Macro"]
     fig = _new_figure(max(8, 1.2 * len(groups) * max(1, len(results_list)) / 2), 4.5)
     ax = fig.add_subplot()
     width = 0.8 / len(results_list)
     for i, (label, r) in enumerate(results_list):
-        rates = [(r["task_types"].get(t) or {}).get("success_rate") for t in types] + [r["macro_success"]]
+        rates = [(r["categories"].get(t) or {}).get("success_rate") for t in types] + [r["macro_success"]]
         xs = [g + (i - (len(results_list) - 1) / 2) * width for g in range(len(groups))]
         ax.bar(xs, [x if x is not None else 0.0 for x in rates], width, label=_marked(label, r))
     ax.set_xticks(range(len(groups)), groups)
     _percent_axis(ax)
     ax.set_ylabel("success rate")
     splits = sorted({r["split"] for _, r in results_list})
-    title = f"Success by task type — {', '.join(splits)}"
+    title = f"{env.title}: success by {env.category_label} — {', '.join(splits)}"
     if any(partial_line(r) for _, r in results_list):
         title += " (PARTIAL runs marked)"
     ax.set_title(title)
@@ -503,6 +595,9 @@ def _draw_family(ax, title: str, ylabel: str, lines: list, colors: dict[str, Any
         )
     ax.set_title(title)
     ax.set_xlabel("step")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole updates: no 0.5 ticks on short runs
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if "success" in title.lower():
@@ -558,7 +653,7 @@ def write_eval_outputs(run_dir: Path, results: dict, *, run_id: str, title: str 
     """results.json, report.md and success_by_type.png of an eval run, each written atomically."""
     run_dir = Path(run_dir)
     atomic_write_bytes(run_dir / RESULTS, orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
-    title = title or f"ALFWorld eval — {results['split']}"
+    title = title or f"{_env_of(results).title} eval — {results['split']}"
     atomic_write_text(
         run_dir / "report.md", render_report(results, title=title, model_desc=describe_model(results), run_id=run_id)
     )
@@ -570,7 +665,7 @@ def _run_label(run: Path) -> str:
     """The run directory's name, prefixed by its algorithm when the manifest says (e.g. 'seed 20250101T…')."""
     run = Path(run)
     d = run if run.is_dir() else run.parent
-    label = d.name or str(d)
+    label = d.resolve().name or str(d)  # `runs/rl/latest` is labelled by the run it points to
     try:
         data = orjson.loads((d / "manifest.json").read_bytes())
         algo = (data.get("config") or {}).get("algo")
@@ -603,7 +698,10 @@ def report_command(run_dirs: list[str | Path], out_dir: str | Path) -> dict[str,
         atomic_write_text(
             written["report_md"],
             render_report(
-                res, title=f"ALFWorld eval — {res['split']}", model_desc=describe_model(res), run_id=results_list[0][0]
+                res,
+                title=f"{_env_of(res).title} eval — {res['split']}",
+                model_desc=describe_model(res),
+                run_id=results_list[0][0],
             ),
         )
         written["success_png"] = plot_success_by_type(res, out / "success_by_type.png")

@@ -1,7 +1,8 @@
-"""Play ALFWorld episodes with a policy: collect, eval and rl all use this loop.
+"""Play episodes of any registered environment with a policy: collect, eval and rl all use this loop.
 
-Every active episode advances together: one batched generation call per turn across all of them, and the games
-are stepped in parallel worker processes. A finished episode is handed to `on_done` at once, so the caller can
+Every active episode advances together: one batched generation call per turn across all of them, and the episodes
+are stepped in parallel worker processes (`seedcli.envs.pool.EnvPool`). The environment (`pool.env`) renders the
+prompt, parses the action and sets the reward convention; nothing here knows which environment it plays. A finished episode is handed to `on_done` at once, so the caller can
 append it to disk and a crash loses only episodes still in play.
 """
 
@@ -13,8 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from seedcli.envs.alfworld import EnvPool, Game, StepResult
-from seedcli.prompts import AGENT_PROMPT_VERSION, format_response, parse_action, render_agent_prompt
+from seedcli.envs import get_env
+from seedcli.envs.base import Environment, StepResult, Task
+from seedcli.envs.pool import EnvPool
 from seedcli.records import Trajectory, Turn
 
 
@@ -28,13 +30,23 @@ class Generated:
     finish_reason: str = "stop"
 
 
-@dataclass
+@dataclass(init=False)
 class EpisodeSpec:
-    """Which game to play, and the ids the trajectory will carry."""
+    """Which task to play, and the ids the trajectory will carry."""
 
     episode_id: str
     group_id: str
-    game: Game
+    task: Task
+
+    def __init__(self, episode_id: str, group_id: str, task: Task | None = None, *, game: Task | None = None):
+        if (task is None) == (game is None):
+            raise TypeError("EpisodeSpec needs exactly one of task= (or its old name game=)")
+        self.episode_id, self.group_id, self.task = episode_id, group_id, task if task is not None else game
+
+    @property
+    def game(self) -> Task:
+        """Old name of `task` (ALFWorld games)."""
+        return self.task
 
 
 @dataclass
@@ -80,45 +92,46 @@ class ModelPolicy:
         ids = [self.engine.render([{"role": "user", "content": p}]) for p in prompts]
         out: list[Generated] = []
         s = self.settings
+        # one seed per request from (run seed, episode, turn): batch size, worker count and resume never change a sample
+        seeds = [_derive_seed(s.seed, ep.spec.episode_id, len(ep.turns)) for ep in episodes]
         for start in range(0, len(ids), self.gen_batch):
             completions = self.engine.generate(
                 ids[start : start + self.gen_batch],
                 temperature=s.temperature,
                 top_p=s.top_p,
                 max_new_tokens=s.max_new_tokens,
-                seed=_derive_seed(s.seed, call, start),
+                seeds=seeds[start : start + self.gen_batch],
             )
             out.extend(Generated(c.text, list(c.token_ids), list(c.logprobs), c.finish_reason) for c in completions)
         return out
 
 
 class ExpertPolicy:
-    """Plays the game's expert plan: proves the harness (a correct harness wins every game)."""
+    """Plays the environment's expert: proves the harness (a correct harness wins every game it can win)."""
 
     name = "expert"
 
+    def __init__(self, env: Environment | None = None):
+        self.env = env or get_env("alfworld")
+
     def act(self, prompts: Sequence[str], episodes: Sequence[_Episode], call: int) -> list[Generated]:
-        out = []
-        for ep in episodes:
-            action = (ep.last.expert_action if ep.last else None) or "look"
-            out.append(Generated(format_response("I follow the expert plan.", action)))
-        return out
+        return [Generated(self.env.expert_response(ep.last)) for ep in episodes]
 
 
 class RandomPolicy:
-    """A random admissible action each turn: the floor."""
+    """A random valid action each turn (the environment decides what that is): the floor."""
 
     name = "random"
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, env: Environment | None = None):
         self.seed = seed
+        self.env = env or get_env("alfworld")
 
     def act(self, prompts: Sequence[str], episodes: Sequence[_Episode], call: int) -> list[Generated]:
         out = []
         for ep in episodes:
             rng = random.Random(_derive_seed(self.seed, ep.spec.episode_id, len(ep.turns)))
-            choices = [a for a in (ep.last.admissible if ep.last else []) if a != "help"] or ["look"]
-            out.append(Generated(format_response("I pick a random admissible action.", rng.choice(choices))))
+            out.append(Generated(self.env.random_response(ep.last, rng)))
         return out
 
 
@@ -135,8 +148,9 @@ def play_episodes(
     on_done: Callable[[Trajectory], None],
     max_active: int = 64,
 ) -> int:
-    """Play `specs` with at most `max_active` games open at once; `meta` fills the trajectory's engine/model fields.
-    Returns the number of episodes played."""
+    """Play `specs` with at most `max_active` episodes open at once in `pool` (its `env` renders prompts, parses
+    actions and sets rewards); `meta` fills the trajectory's engine/model fields. Returns the number played."""
+    env = pool.env
     queue = list(specs)
     active: list[_Episode] = []
     free_slots = list(range(max_active))[::-1]
@@ -148,14 +162,14 @@ def play_episodes(
         while queue and free_slots:
             opening.append(_Episode(spec=queue.pop(0), slot=free_slots.pop()))
         if opening:
-            results = pool.reset_many([(ep.slot, ep.spec.game) for ep in opening])
+            results = pool.reset_many([(ep.slot, ep.spec.task) for ep in opening])
             for ep, res in zip(opening, results, strict=True):
                 ep.last = res
                 ep.task = res.task
             active.extend(opening)
 
         prompts = [
-            render_agent_prompt(
+            env.render_prompt(
                 ep.task, ep.last.observation, ep.last.admissible, len(ep.turns) + 1, ep.history, settings.history
             )
             for ep in active
@@ -164,19 +178,20 @@ def play_episodes(
         call += 1
         actions = []
         for ep, prompt, gen in zip(active, prompts, generated, strict=True):
-            action, valid = parse_action(gen.text)
+            action, valid = env.parse_action(gen.text)
+            admissible = ep.last.admissible
             ep.turns.append(
                 Turn(
                     step=len(ep.turns) + 1,
                     observation=ep.last.observation,
-                    admissible=[a for a in ep.last.admissible if a != "help"],
+                    admissible=[a for a in admissible if a != "help"] if admissible is not None else [],
                     prompt=prompt,
                     response=gen.text,
                     response_ids=gen.token_ids,
                     logprobs=[round(x, 6) for x in gen.logprobs],
                     action=action,
                     valid=valid,
-                    admissible_action=action in ep.last.admissible,
+                    admissible_action=action in admissible if admissible is not None else valid,
                     finish_reason=gen.finish_reason,
                 )
             )
@@ -189,7 +204,7 @@ def play_episodes(
             ep.last = res
             if res.won or res.done or len(ep.turns) >= settings.max_steps:
                 ep.won = bool(res.won)
-                on_done(_to_trajectory(ep, settings, meta))
+                on_done(_to_trajectory(ep, env, settings, meta))
                 played += 1
                 free_slots.append(ep.slot)
             else:
@@ -198,17 +213,20 @@ def play_episodes(
     return played
 
 
-def _to_trajectory(ep: _Episode, settings: RolloutSettings, meta: dict) -> Trajectory:
+def _to_trajectory(ep: _Episode, env: Environment, settings: RolloutSettings, meta: dict) -> Trajectory:
+    score = min(1.0, max(0.0, float(ep.last.score))) if ep.last is not None else 0.0
     return Trajectory(
         episode_id=ep.spec.episode_id,
         group_id=ep.spec.group_id,
-        game_file=ep.spec.game.game_file,
-        split=ep.spec.game.split,
-        task_type=ep.spec.game.task_type,
+        env=env.name,
+        task_id=ep.spec.task.task_id,
+        split=ep.spec.task.split,
+        category=ep.spec.task.category,
         task=ep.task,
         turns=ep.turns,
         won=ep.won,
-        reward=10.0 if ep.won else 0.0,
+        score=score,
+        reward=env.success_reward if ep.won else 0.0,
         length=len(ep.turns),
         engine=meta.get("engine", ""),
         model_id=meta.get("model_id", ""),
@@ -220,20 +238,21 @@ def _to_trajectory(ep: _Episode, settings: RolloutSettings, meta: dict) -> Traje
             "max_steps": settings.max_steps,
             "history": settings.history,
         },
-        prompt_version=AGENT_PROMPT_VERSION,
+        prompt_version=env.prompt_version,
         seed=settings.seed,
         policy=meta.get("policy", "model"),
     )
 
 
 def episode_metrics(episodes: Sequence[Trajectory]) -> dict:
-    """Summary shared by collect, eval and rl: success per task type, length, invalid rate, tokens."""
+    """Summary shared by collect, eval and rl: success (and score) per category, length, invalid rate, tokens.
+    The `*_by_type` keys are per category (ALFWorld: task type)."""
     from collections import defaultdict
 
     by_type: dict[str, list[bool]] = defaultdict(list)
     turns = invalid = tokens = 0
     for ep in episodes:
-        by_type[ep.task_type].append(ep.won)
+        by_type[ep.category].append(ep.won)
         turns += len(ep.turns)
         invalid += ep.invalid_turns
         tokens += sum(len(t.response_ids) for t in ep.turns)
@@ -241,6 +260,7 @@ def episode_metrics(episodes: Sequence[Trajectory]) -> dict:
     out = {
         "episodes": n,
         "success_rate": sum(ep.won for ep in episodes) / n if n else 0.0,
+        "mean_score": sum(ep.score for ep in episodes) / n if n else 0.0,
         "success_by_type": {k: sum(v) / len(v) for k, v in sorted(by_type.items())},
         "episodes_by_type": {k: len(v) for k, v in sorted(by_type.items())},
         "mean_length": sum(ep.length for ep in episodes) / n if n else 0.0,

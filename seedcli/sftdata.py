@@ -23,7 +23,7 @@ from typing import Any
 
 from seedcli.analyzers import analysis_messages
 from seedcli.errors import UserError
-from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_turns, render_analysis_prompt
+from seedcli.prompts import ANALYSIS_PROMPT_VERSION, render_trajectory_analysis
 from seedcli.records import SkillRecord
 
 IGNORE_INDEX = -100  # label of a token outside the loss (PyTorch's cross-entropy ignore_index)
@@ -182,11 +182,10 @@ def fit_example(
             "and its trajectory is not in the collect run the annotate run read, so it cannot be shortened; "
             "raise --max-length or restore that collect run"
         )
-    turns = analysis_turns(traj)
-    prompt = render_analysis_prompt(traj.task, traj.won, turns)
+    prompt = render_trajectory_analysis(traj)
     while True:
         # each pass drops exactly the next oldest step (the text shrinks with every step dropped)
-        shorter = render_analysis_prompt(traj.task, traj.won, turns, max_chars=len(prompt) - 1)
+        shorter = render_trajectory_analysis(traj, max_chars=len(prompt) - 1)
         if len(shorter) >= len(prompt):
             return None
         prompt = shorter

@@ -53,10 +53,20 @@ class Analyzer(Protocol):
     def close(self) -> None: ...
 
 
-def analysis_messages(prompt: str, previous_answer: str | None = None) -> list[dict]:
-    """The chat for one attempt: the analysis prompt, and on the retry the failed answer plus the schema reminder."""
+# a schema retry resends at most this much of the failed answer: a long invalid answer (a model that rambled up to
+# max_tokens) would otherwise push prompt + answer + reminder past the server's context
+PREVIOUS_ANSWER_CHARS = 600
+
+
+def analysis_messages(
+    prompt: str, previous_answer: str | None = None, max_previous_chars: int | None = None
+) -> list[dict]:
+    """The chat for one attempt: the analysis prompt, and on the retry the failed answer (cut to
+    `max_previous_chars` when given) plus the schema reminder."""
     messages = [{"role": "user", "content": prompt}]
     if previous_answer is not None:
+        if max_previous_chars is not None and len(previous_answer) > max_previous_chars:
+            previous_answer = previous_answer[:max_previous_chars] + " …"
         messages += [
             {"role": "assistant", "content": previous_answer},
             {"role": "user", "content": SCHEMA_REMINDER},

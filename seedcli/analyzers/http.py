@@ -16,6 +16,7 @@ import email.utils
 import http.client
 import os
 import random
+import re
 import threading
 import time
 import urllib.error
@@ -65,6 +66,51 @@ class _Transient(Exception):
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+CONTEXT_WORDS = re.compile(r"context length|context window|maximum context|max_model_len|too long", re.I)
+
+
+def error_message(detail: str) -> str:
+    """The cause a server gives in an error body (OpenAI / vLLM: {"error": {"message"}}; some: {"message"}), one line."""
+    try:
+        data = orjson.loads(detail)
+    except orjson.JSONDecodeError:
+        return " ".join(detail.split())[:300] or "no detail"
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        message = err.get("message") if isinstance(err, dict) else err
+        if message:
+            return " ".join(str(message).split())[:300]
+    return " ".join(detail.split())[:300] or "no detail"
+
+
+class _ContextOverflow(Exception):
+    """HTTP 400: prompt + max_tokens exceed the server's context; carries the figures the server gave."""
+
+    def __init__(self, message: str, context: int | None, prompt_tokens: int | None):
+        super().__init__(message)
+        self.context = context
+        self.prompt_tokens = prompt_tokens
+
+    @classmethod
+    def parse(cls, cause: str) -> _ContextOverflow | None:
+        context = re.search(r"(?:maximum context length is|context length \(?)\s*(\d+)", cause)
+        prompt = re.search(
+            r"(\d+) (?:tokens )?in the messages|prompt contains (?:at least )?(\d+) input tokens|"
+            r"Input length \((\d+)\)|(\d+) (?:input|prompt) tokens",
+            cause,
+        )
+        ctx = int(context.group(1)) if context else None
+        n = next((int(g) for g in prompt.groups() if g), None) if prompt else None
+        if ctx and n and n >= ctx:
+            message = (
+                f"HTTP 400: the analysis prompt has {n} tokens, more than the server's context of {ctx} "
+                f"(its max_model_len); serve the model with a longer --max-model-len or shorten the prompt"
+            )
+        else:
+            message = f"HTTP 400: {cause}"
+        return cls(message, ctx, n)
 
 
 def resolve(analyzer: str, base_url: str | None, model: str | None, api_key_env: str | None) -> tuple[str, str, str]:
@@ -131,7 +177,9 @@ class ChatClient:
         if analyzer not in PRESETS:
             raise UserError(f"unknown HTTP analyzer '{analyzer}'; use one of {', '.join(PRESETS)}")
         self.name = analyzer
-        explicit_env = api_key_env is not None
+        # a key is required by the glm preset, or when the user named a variable other than the preset's; a local
+        # OpenAI-compatible server (vLLM, SGLang) takes none
+        explicit_env = api_key_env is not None and api_key_env != PRESETS[analyzer].api_key_env
         self.base_url, self.model, self.api_key_env = resolve(analyzer, base_url, model, api_key_env)
         key = os.environ.get(self.api_key_env, "").strip()
         if not key and (PRESETS[analyzer].key_required or explicit_env):
@@ -147,6 +195,9 @@ class ChatClient:
         self.backoff = backoff
         self.stop = stop or threading.Event()
         self.url = self.base_url + "/chat/completions"
+        self._context: int | None = None  # the server's max_model_len, read once from /models where it says
+        self._context_read = False
+        self._context_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ChatClient({self.name!r}, base_url={self.base_url!r}, model={self.model!r}, key=${self.api_key_env})"
@@ -160,26 +211,68 @@ class ChatClient:
     def analyze(self, messages: list[dict], trajectory=None) -> AnalyzerResponse:  # noqa: ARG002 - common interface
         return self.chat(messages)
 
-    def chat(self, messages: list[dict]) -> AnalyzerResponse:
-        """One completion, retried on transient failures. Raises AuthError (stop the stage), UserError (a wrong URL
-        or model: stop the stage) or RequestFailed (give up on this record)."""
-        body = orjson.dumps(
+    def _headers(self) -> dict:
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "seedcli"}
+        if self.__key:
+            headers["Authorization"] = f"Bearer {self.__key}"
+        return headers
+
+    def server_context(self) -> int | None:
+        """The served model's context length from `GET /models` (`max_model_len`, as vLLM reports it), read once;
+        None when the server does not say (OpenAI) or cannot be asked."""
+        with self._context_lock:
+            if not self._context_read:
+                self._context_read = True
+                self._context = self._read_context()
+            return self._context
+
+    def _read_context(self) -> int | None:
+        req = urllib.request.Request(self.base_url + "/models", headers=self._headers(), method="GET")
+        try:
+            with urllib.request.urlopen(req, timeout=min(self.timeout, 10.0)) as resp:
+                data = orjson.loads(resp.read())
+        except Exception:  # noqa: BLE001 - optional information: the request itself reports real problems
+            return None
+        entries = data.get("data") if isinstance(data, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict) and entry.get("id") == self.model:
+                value = entry.get("max_model_len") or entry.get("context_length")
+                return int(value) if isinstance(value, (int, float)) and value > 0 else None
+        return None
+
+    def _body(self, messages: list[dict], max_tokens: int) -> bytes:
+        return orjson.dumps(
             {
                 "model": self.model,
                 "messages": messages,
                 "temperature": self.temperature,
-                "max_tokens": self.max_tokens,
+                "max_tokens": max_tokens,
                 "stream": False,
             }
         )
-        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "seedcli"}
-        if self.__key:
-            headers["Authorization"] = f"Bearer {self.__key}"
+
+    def chat(self, messages: list[dict]) -> AnalyzerResponse:
+        """One completion, retried on transient failures. Raises AuthError (stop the stage), UserError (a wrong URL
+        or model: stop the stage) or RequestFailed (give up on this record). Never asks for more tokens than the
+        server's context holds: max_tokens is capped at its max_model_len, and when the server says how long the
+        prompt is, at what is left after it."""
+        context = self.server_context()
+        max_tokens = min(self.max_tokens, context - 1) if context else self.max_tokens
+        body = self._body(messages, max_tokens)
+        headers = self._headers()
         t0 = time.monotonic()
         retries = 0
+        refitted = False
         while True:
             try:
                 return self._once(body, headers, retries, t0)
+            except _ContextOverflow as exc:
+                limit = exc.context or context
+                room = (limit - exc.prompt_tokens) if (limit and exc.prompt_tokens) else 0
+                if refitted or room < 1:
+                    raise RequestFailed(str(exc), retries, time.monotonic() - t0) from None
+                refitted = True  # the server counted the prompt: ask again for no more than what fits after it
+                body = self._body(messages, min(max_tokens, room))
             except _Transient as exc:
                 if retries >= self.max_retries or self.stop.is_set():
                     raise RequestFailed(
@@ -215,7 +308,12 @@ class ChatClient:
                 raise _Transient(
                     f"HTTP {status}: {detail}", parse_retry_after(exc.headers.get("Retry-After"))
                 ) from None
-            raise RequestFailed(f"HTTP {status}: {detail}", retries, time.monotonic() - t0) from None
+            cause = error_message(detail)
+            if status == 400 and CONTEXT_WORDS.search(cause):
+                overflow = _ContextOverflow.parse(cause)
+                if overflow is not None:
+                    raise overflow from None
+            raise RequestFailed(f"HTTP {status} from {self.url}: {cause}", retries, time.monotonic() - t0) from None
         except TimeoutError:
             raise _Transient(f"no answer within {self.timeout:g} s") from None
         except urllib.error.URLError as exc:

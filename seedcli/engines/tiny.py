@@ -205,7 +205,9 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
-    texts = [*_BUILTIN_CORPUS, *_env_corpus(), *(corpus or [])]
+    # the chat roles follow <|im_start|> in every prompt: repeated so they stay single tokens however much
+    # environment text competes for the merges
+    texts = [*_BUILTIN_CORPUS, *[_BUILTIN_CORPUS[0]] * 200, *_env_corpus(), *(corpus or [])]
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     return _wrap_tokenizer(tok)
 

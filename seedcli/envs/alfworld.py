@@ -18,27 +18,33 @@ and searches the room (receptacles where the object class can be, opening closed
 on what the agent can see: that is what `seed model init --warm-start expert` clones (a clone of the walkthrough
 walks to where the object was in *its* game, and wins none of the others).
 
+`AlfWorldEnv` (the end of this file) puts ALFWorld on the environment protocol (`seedcli.envs.base`): stages reach
+it as `get_env("alfworld")` and never import this module. Its game text also trains the tiny models' tokenizer.
+
 This module never imports torch; textworld and alfworld are imported lazily, after ALFWORLD_DATA is set.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
 import random
 import re
-import signal
-import subprocess
 import sys
-import time
-import traceback
-import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
+from seedcli.envs.base import Environment, StepResult, Task, parse_think_action, select_balanced
+from seedcli.envs.pool import EnvPool as _GenericPool
 from seedcli.errors import UserError
+from seedcli.prompts import AGENT_PROMPT_VERSION, ALFWORLD_ANALYSIS_DESCRIPTION, TASK_LINE_PREFIX
+
+logger = logging.getLogger(__name__)
 
 # Folder prefix of a game (text before the first "-") -> short task-type name, in ALFWorld's task-type order.
 TASK_TYPES: dict[str, str] = {
@@ -117,23 +123,27 @@ def resolve_data_root(explicit: str | os.PathLike | None = None) -> Path:
 
 
 @dataclass(frozen=True)
-class Game:
-    """One ALFWorld game: `game_file` is the path of its game.tw-pddl relative to the data root."""
+class Game(Task):
+    """One ALFWorld game: its `task_id` is `game_file`, the path of its game.tw-pddl relative to the data root, and
+    its `category` is the short task type."""
 
-    game_file: str
-    split: str
-    task_type: str
-    name: str
+    @property
+    def game_file(self) -> str:
+        return self.task_id
+
+    @property
+    def task_type(self) -> str:
+        return self.category
 
     def path(self, root: str | os.PathLike | None = None) -> Path:
         """Absolute path of the game file under `root` (default: `resolve_data_root()`)."""
         return resolve_data_root(root) / self.game_file
 
 
-def game_path(game: Game | str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+def game_path(game: Task | str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
     """Absolute path of a Game (under `root`) or of a path given directly."""
-    if isinstance(game, Game):
-        return game.path(root)
+    if isinstance(game, Task):
+        return resolve_data_root(root) / game.task_id
     return Path(game).expanduser().resolve()
 
 
@@ -160,9 +170,9 @@ def list_games(root: str | os.PathLike | None, split: str) -> list[Game]:
                     continue
                 games.append(
                     Game(
-                        game_file=game_file.relative_to(root).as_posix(),
+                        task_id=game_file.relative_to(root).as_posix(),
+                        category=task_type,
                         split=folder_name,
-                        task_type=task_type,
                         name=f"{task_dir.name}/{trial_dir.name}",
                     )
                 )
@@ -195,48 +205,12 @@ def select_games(games: Sequence[Game], n: int, seed: int, task_types: Sequence[
             raise UserError(
                 f"unknown task type(s) {', '.join(map(repr, unknown))}: use any of {', '.join(SHORT_TASK_TYPES)}"
             )
-    wanted = [t for t in SHORT_TASK_TYPES if task_types is None or t in task_types]
-    by_type: dict[str, list[Game]] = {t: [] for t in wanted}
-    for g in sorted(games, key=lambda g: (g.name, g.split, g.game_file)):
-        if g.task_type in by_type:
-            by_type[g.task_type].append(g)
-    for t, pool in by_type.items():
-        random.Random(f"{seed}/{t}").shuffle(pool)
-    types = [t for t in wanted if by_type[t]]
-
-    # Water-filling: equal quotas (remainder to the first types in TASK_TYPES order), capped by what a type has.
-    quota = {t: 0 for t in types}
-    left = min(n, sum(len(by_type[t]) for t in types))
-    while left > 0:
-        open_types = [t for t in types if quota[t] < len(by_type[t])]
-        share, extra = divmod(left, len(open_types))
-        for i, t in enumerate(open_types):
-            take = min(share + (1 if i < extra else 0), len(by_type[t]) - quota[t])
-            quota[t] += take
-            left -= take
-
-    chosen = {t: by_type[t][: quota[t]] for t in types}
-    out: list[Game] = []
-    for r in range(max(quota.values(), default=0)):
-        out.extend(chosen[t][r] for t in types if r < len(chosen[t]))
-    return out
+    return select_balanced(games, n, seed, SHORT_TASK_TYPES, task_types)  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # One game, in this process
 # ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class StepResult:
-    """What the agent sees after a reset or a step."""
-
-    observation: str
-    admissible: list[str]  # admissible commands, without "help"
-    won: bool
-    done: bool  # the game is over (won); the step limit is the caller's
-    task: str  # text after "Your task is to: "
-    expert_action: str | None = None  # next action of the expert (expert=True only; None once won)
 
 
 _translations: OrderedDict[bytes, tuple] = OrderedDict()
@@ -348,7 +322,7 @@ class AlfWorldGame:
         # shuffle=False: object numbers as in the stored walkthrough and ALFWorld's eval (no domain randomisation).
         return AlfredDemangler(shuffle=False)(PddlEnv(infos))
 
-    def reset(self, game: Game | str | os.PathLike) -> StepResult:
+    def reset(self, game: Task | str | os.PathLike) -> StepResult:
         """Start `game` (a Game or the absolute path of a game.tw-pddl); the first observation has no banner."""
         path = game_path(game, self.data_root)
         if not path.is_file():
@@ -401,6 +375,8 @@ class AlfWorldGame:
             done=self._won,
             task=self._task,
             expert_action=self._expert_action() if self.expert else None,
+            reward=float(self._won),
+            score=float(self._won),
         )
 
     def _follow(self, action: str, admissible_before: list[str]) -> None:
@@ -454,93 +430,9 @@ class AlfWorldGame:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _worker_main(fd: int, expert: bool | str) -> None:
-    """Worker loop: serve ("reset", [(slot, path)]) / ("step", [(slot, action)]) / ("close",) over connection `fd`."""
-    from multiprocessing.connection import Connection
-
-    # Ctrl-C reaches the whole process group: the parent handles it and closes the pool; no worker tracebacks.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Anything printed by textworld or Fast Downward's C++ code goes to stderr, never into the parent's stdout.
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    conn = Connection(fd)
-    games: dict[int, AlfWorldGame] = {}
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        kind = msg[0]
-        if kind == "close":
-            for g in games.values():
-                g.close()
-            conn.send(("ok", None))
-            return
-        out = []
-        for slot, arg in msg[1]:
-            try:
-                if kind == "reset":
-                    game = games.get(slot)
-                    if game is None:
-                        game = games[slot] = AlfWorldGame(expert=expert)
-                    out.append(game.reset(arg))
-                else:
-                    if slot not in games:
-                        raise RuntimeError(f"slot {slot} has no game: reset_many() it first")
-                    out.append(games[slot].step(arg))
-            except Exception as e:  # noqa: BLE001 - reported to the parent, which raises with the game's name
-                conn.send(("error", slot, type(e).__name__, str(e), traceback.format_exc()))
-                break
-        else:
-            conn.send(("ok", out))
-
-
-class _Worker:
-    def __init__(self, index: int, expert: bool | str, data_root: Path):
-        import multiprocessing
-
-        self.index = index
-        self.conn, child = multiprocessing.Pipe()
-        env = dict(os.environ)
-        env["ALFWORLD_DATA"] = str(data_root)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
-        env.setdefault("OMP_NUM_THREADS", "1")
-        code = f"from seedcli.envs.alfworld import _worker_main; _worker_main({child.fileno()}, {expert!r})"
-        # A fresh interpreter (not fork, not multiprocessing's spawn, which re-imports the parent's __main__ and
-        # with it torch): the worker imports only this module, textworld and alfworld.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code], pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL
-        )
-        child.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.conn.close()
-
-
-def _shutdown(workers: list[_Worker]) -> None:
-    for w in workers:
-        try:
-            if w.proc.poll() is None:
-                w.conn.send(("close",))
-        except (OSError, BrokenPipeError):
-            pass
-    deadline = time.monotonic() + 5.0
-    for w in workers:
-        try:
-            w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        w.kill()
-
-
-class EnvPool:
-    """Game slots hosted by `workers` worker processes (slot -> worker `slot % workers`; workers=0: this process).
-
-    reset_many / step_many run each worker's requests in parallel with the other workers' and return results in
-    input order. A worker that dies or exceeds `timeout_s` seconds per request raises RuntimeError naming the game."""
+class EnvPool(_GenericPool):
+    """ALFWorld game slots hosted by `workers` worker processes (`seedcli.envs.pool.EnvPool` with ALFWorld's old
+    signature). reset_many takes Games or paths of game.tw-pddl files."""
 
     def __init__(
         self,
@@ -549,109 +441,173 @@ class EnvPool:
         data_root: str | os.PathLike | None = None,
         timeout_s: float = 300.0,
     ):
-        if workers < 0:
-            raise UserError(f"env workers must be >= 0, got {workers}")
-        self.workers = workers
-        self.expert = expert
-        self.timeout_s = timeout_s
         self.data_root = resolve_data_root(data_root)
-        self._slot_game: dict[int, str] = {}
-        self._local: dict[int, AlfWorldGame] = {}
-        self._procs: list[_Worker] = [_Worker(i, expert, self.data_root) for i in range(workers)]
-        self._finalizer = weakref.finalize(self, _shutdown, self._procs)
+        super().__init__(
+            AlfWorldEnv(data_root=str(self.data_root)),
+            workers,
+            expert=expert,
+            timeout_s=timeout_s,
+            worker_environ={"ALFWORLD_DATA": str(self.data_root)},
+        )
 
-    def __enter__(self) -> EnvPool:
-        return self
+    def _task_arg(self, task):
+        return task if isinstance(task, Task) else str(game_path(task, self.data_root))
 
-    def __exit__(self, *exc) -> None:
-        self.close()
 
-    def reset_many(self, items: Sequence[tuple[int, Game | str | os.PathLike]]) -> list[StepResult]:
-        """Start a game in each slot (a slot's previous game is dropped)."""
-        requests = []
-        for slot, game in items:
-            self._slot_game[slot] = game.name if isinstance(game, Game) else str(game)
-            requests.append((slot, str(game_path(game, self.data_root))))
-        return self._run("reset", requests)
+# ---------------------------------------------------------------------------------------------------------------
+# The environment protocol (seedcli.envs.base)
+# ---------------------------------------------------------------------------------------------------------------
 
-    def step_many(self, items: Sequence[tuple[int, str]]) -> list[StepResult]:
-        """Send one action to each slot's game."""
-        return self._run("step", [(slot, action) for slot, action in items])
 
-    def close(self) -> None:
-        """Stop the workers (idempotent)."""
-        for g in self._local.values():
-            g.close()
-        self._local.clear()
-        self._finalizer()
+class AlfWorldEnv(Environment):
+    """ALFWorld on the environment protocol: tasks are games, categories the six task types."""
 
-    # -- internals ------------------------------------------------------------------------------------------------
+    name = "alfworld"
+    title = "ALFWorld"
+    max_steps = 30
+    history = 5
+    success_reward = 10.0
+    invalid_penalty = 0.1
+    advantage_norm = "mean_std"
+    splits = SPLITS
+    train_split = "train"
+    eval_splits = ("valid_unseen", "valid_seen")
+    val_split = "valid_seen"
+    categories = SHORT_TASK_TYPES
+    category_names = {
+        "pick": "Pick",
+        "look": "Look",
+        "clean": "Clean",
+        "heat": "Heat",
+        "cool": "Cool",
+        "pick_two": "Pick Two",
+    }
+    category_aliases = {**{k: v for k, v in TASK_TYPES.items()}, "pick2": "pick_two"}
+    category_label = "task type"
+    task_noun = "game"
+    metric_labels = {"macro_success": "macro success", "micro_success": "micro success"}
+    paper_note = "The design card gives only the paper's macro averages; per-type paper numbers are not shown rather than guessed."
+    # Paper results (Qwen2.5-3B-Instruct), DESIGN.md §1, as fractions; only the macro-average is given.
+    paper_results = {
+        "valid_seen": {
+            "Vanilla": {"macro_success": 0.219},
+            "GRPO": {"macro_success": 0.750},
+            "SDAR": {"macro_success": 0.844},
+            "SEED": {"macro_success": 0.918},
+        },
+        "valid_unseen": {
+            "GRPO": {"macro_success": 0.709},
+            "SEED": {"macro_success": 0.862},
+        },
+    }
+    expert_modes = EXPERT_MODES
+    prompt_version = AGENT_PROMPT_VERSION
+    task_line_prefix = TASK_LINE_PREFIX
+    analysis_description = ALFWORLD_ANALYSIS_DESCRIPTION
 
-    def _run(self, kind: str, requests: list[tuple[int, str]]) -> list[StepResult]:
-        if len({slot for slot, _ in requests}) != len(requests):
-            raise ValueError(f"{kind}_many: a slot appears twice in one call")
-        if self.workers == 0:
-            return [self._run_local(kind, slot, arg) for slot, arg in requests]
-        if not self._finalizer.alive:
-            raise RuntimeError("EnvPool is closed")
-        by_worker: dict[int, list[int]] = {}
-        for i, (slot, _) in enumerate(requests):
-            by_worker.setdefault(slot % self.workers, []).append(i)
-        for w, idx in by_worker.items():
-            try:
-                self._procs[w].conn.send((kind, [requests[i] for i in idx]))
-            except (OSError, BrokenPipeError):
-                self._fail(w, [requests[i][0] for i in idx], "its pipe is closed")
-        results: list[StepResult | None] = [None] * len(requests)
-        error = None
-        start = time.monotonic()
-        for w, idx in by_worker.items():  # read every reply, even after an error, so no answer is left in a pipe
-            slots = [requests[i][0] for i in idx]
-            reply = self._receive(w, slots, deadline=start + self.timeout_s * len(idx))
-            if reply[0] == "error":
-                error = error or (w, *reply[1:])
-                continue
-            for i, res in zip(idx, reply[1], strict=True):
-                results[i] = res
-        if error is not None:
-            w, slot, exc_type, message, tb = error
-            game = self._slot_game.get(slot, "?")
-            if exc_type == "UserError":
-                raise UserError(message)
-            raise RuntimeError(f"env worker {w} failed on {kind} of slot {slot} ({game}): {exc_type}: {message}\n{tb}")
-        return results  # type: ignore[return-value]
+    def resolve_data_root(self) -> Path:
+        return resolve_data_root(self.data_root)
 
-    def _run_local(self, kind: str, slot: int, arg: str) -> StepResult:
-        if kind == "step" and slot not in self._local:
-            raise RuntimeError(f"slot {slot} has no game: reset_many() it first")
+    def spec(self) -> dict:
+        return {"data_root": str(resolve_data_root(self.data_root))}  # workers find the same data
+
+    def list_tasks(self, split: str) -> list[Task]:
+        return list(list_games(self.data_root, split))
+
+    def select_tasks(self, tasks, n, seed, categories=None):
+        return select_games(tasks, n, seed, categories)
+
+    def new_game(self, expert: bool | str = False) -> AlfWorldGame:
+        return AlfWorldGame(expert=expert, data_root=self.data_root)
+
+    def render_prompt(self, task, observation, admissible, step, history, history_length) -> str:
+        from seedcli.prompts import render_agent_prompt
+
+        return render_agent_prompt(task, observation, admissible or [], step, history, history_length)
+
+    def parse_action(self, response: str) -> tuple[str, bool]:
+        return parse_think_action(response)
+
+    def expert_response(self, result: StepResult) -> str:
+        # An expert with nothing to suggest looks around (a neutral command).
+        return self.format_response("I follow the expert plan.", result.expert_action or "look")
+
+    def random_response(self, result: StepResult, rng: random.Random) -> str:
+        choices = [a for a in (result.admissible or []) if a != "help"] or ["look"]
+        return self.format_response("I pick a random admissible action.", rng.choice(choices))
+
+    def rules_skill(self, trajectory) -> tuple[str, str]:
+        from seedcli.envs.alfworld_rules import rules_skill
+
+        return rules_skill(trajectory)
+
+    def sample_texts(self) -> list[str]:
         try:
-            if kind == "reset":
-                game = self._local.get(slot)
-                if game is None:
-                    game = self._local[slot] = AlfWorldGame(expert=self.expert, data_root=self.data_root)
-                return game.reset(arg)
-            return self._local[slot].step(arg)
-        except UserError:
-            raise
-        except Exception as e:  # same message as from a worker: which game failed
-            game = self._slot_game.get(slot, "?")
-            raise RuntimeError(f"{kind} of slot {slot} ({game}) failed: {type(e).__name__}: {e}") from e
+            root = resolve_data_root(self.data_root)
+        except UserError as err:
+            logger.warning(
+                "tiny tokenizer trained without ALFWorld text (%s); prompts will tokenize less compactly", err
+            )
+            return []
+        return list(_alfworld_texts(str(root)))
 
-    def _receive(self, w: int, slots: list[int], deadline: float):
-        worker = self._procs[w]
-        while True:
-            try:
-                if worker.conn.poll(0.2):
-                    return worker.conn.recv()
-            except (EOFError, OSError):
-                time.sleep(0.05)  # the worker is gone: let it exit, then the check below reports it
-            code = worker.proc.poll()
-            if code is not None:
-                self._fail(w, slots, f"it exited with code {code}")
-            if time.monotonic() > deadline:
-                self._fail(w, slots, f"no answer within {self.timeout_s:.0f} s per game (it was killed)")
 
-    def _fail(self, w: int, slots: list[int], why: str):
-        names = ", ".join(f"slot {s} ({self._slot_game.get(s, '?')})" for s in slots)
-        self.close()
-        raise RuntimeError(f"env worker {w} failed while playing {names}: {why}; the pool is closed")
+# ----------------------------------------------------------------------------------------- text for the tiny tokenizer
+
+
+# valid_seen and valid_unseen are complete in every copy of the data (the shared subset and a full download alike),
+# so the tiny tokenizer comes out the same everywhere; train games differ between copies.
+CORPUS_SPLITS = ("valid_seen", "valid_unseen")
+
+
+@lru_cache(maxsize=4)
+def _alfworld_texts(root: str) -> tuple[str, ...]:
+    texts: list[str] = []
+    for split in CORPUS_SPLITS:
+        for game in sorted(Path(root).glob(f"json_2.1.1/{split}/*/*/game.tw-pddl")):
+            texts.extend(_game_texts(game))
+    return tuple(texts)
+
+
+_TYPE_RE = re.compile(r"\((receptacleType|objectType) (\S+) (\w+)Type\)")
+_IN_RE = re.compile(r"\(inReceptacle (\S+) (\S+)\)")
+_RHS_RE = re.compile(r'"rhs": "((?:[^"\\]|\\.)*)"')
+
+
+def _game_texts(game_path: Path) -> Iterator[str]:
+    """Sentences shaped like the text-game's observations, admissible actions and task, derived from one game file."""
+    game = json.loads(game_path.read_text(encoding="utf-8"))
+    for rhs in _RHS_RE.findall(game.get("grammar", "")):
+        yield rhs.replace("\\n", "\n")
+    names: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for kind, ident, type_name in _TYPE_RE.findall(game.get("pddl_problem", "")):
+        base = type_name.lower()
+        counts[base] = counts.get(base, 0) + 1
+        names[ident] = f"{base} {counts[base]}"
+        kinds[ident] = kind
+    receptacles = [n for i, n in names.items() if kinds[i] == "receptacleType"]
+    objects = [n for i, n in names.items() if kinds[i] == "objectType"]
+    if receptacles:
+        yield (
+            "You are in the middle of a room. Looking quickly around you, you see "
+            + ", ".join(f"a {r}" for r in receptacles)
+            + "."
+        )
+    contents: dict[str, list[str]] = {}
+    for obj, rec in _IN_RE.findall(game.get("pddl_problem", "")):
+        if obj in names and rec in names:
+            contents.setdefault(names[rec], []).append(names[obj])
+    for rec, objs in contents.items():
+        yield f"You arrive at {rec}. On the {rec}, you see " + ", ".join(f"a {o}" for o in objs) + "."
+        yield ", ".join([f"go to {rec}", *(f"take {o} from {rec}" for o in objs), "inventory", "look"])
+    for obj in objects[:8]:
+        yield f"You pick up the {obj}. You move the {obj} to the {receptacles[0] if receptacles else 'countertop 1'}."
+    yield ", ".join(game.get("walkthrough", []))
+    traj_path = game_path.with_name("traj_data.json")
+    if traj_path.exists():
+        traj = json.loads(traj_path.read_text(encoding="utf-8"))
+        for ann in traj.get("turk_annotations", {}).get("anns", []):
+            yield ann.get("task_desc", "")
+            yield " ".join(ann.get("high_descs", []))

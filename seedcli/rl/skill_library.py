@@ -76,7 +76,9 @@ def load_skill_library(path: str | Path, env: str = "alfworld") -> SkillLibrary:
         if canon is None:
             known = ", ".join(environment.categories) or "the categories of its tasks"
             noun = environment.category_label
-            raise UserError(f"{path} ({where}): unknown {noun} '{category}' for {environment.title}; use one of {known}")
+            raise UserError(
+                f"{path} ({where}): unknown {noun} '{category}' for {environment.title}; use one of {known}"
+            )
         if not isinstance(skill, str) or len(skill.split()) < MIN_SKILL_WORDS:
             raise UserError(f"{path} ({where}): the skill must be text of at least {MIN_SKILL_WORDS} words")
         if " ".join(skill.split()) not in skills[canon]:

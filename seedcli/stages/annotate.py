@@ -38,13 +38,19 @@ from typing import Any
 
 import orjson
 
-from seedcli.analyzers import AnalyzerResponse, analysis_messages, make_analyzer, request_key
+from seedcli.analyzers import (
+    PREVIOUS_ANSWER_CHARS,
+    AnalyzerResponse,
+    analysis_messages,
+    make_analyzer,
+    request_key,
+)
 from seedcli.analyzers.parse import ParsedSkill, parse_skill
 from seedcli.artifacts import MANIFEST, Manifest, open_run, read_manifest, resolve_input, utc_now
 from seedcli.config import AnnotateConfig
-from seedcli.errors import UserError
+from seedcli.errors import StageFailed, UserError
 from seedcli.progress import StageProgress
-from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_turns, render_analysis_prompt
+from seedcli.prompts import ANALYSIS_PROMPT_VERSION, render_trajectory_analysis
 from seedcli.records import JsonlWriter, SkillRecord, Trajectory, iter_jsonl, repair_tail, write_jsonl
 
 REQUEST_FAILED = "request_failed"
@@ -136,12 +142,13 @@ def _resolve_analyzer_fields(cfg: AnnotateConfig) -> AnnotateConfig:
     return cfg.model_copy(update=update) if update else cfg
 
 
-def _key_model(cfg: AnnotateConfig) -> tuple[str, str]:
-    """(model as recorded, model identity in cache keys)."""
+def _key_model(cfg: AnnotateConfig, env: str = "alfworld") -> tuple[str, str]:
+    """(model as recorded, model identity in cache keys); the rules analyzer is versioned per environment."""
     if cfg.analyzer == "rules":
-        from seedcli.analyzers.rules import RULES_VERSION
+        from seedcli.envs import env_class
 
-        return RULES_VERSION, RULES_VERSION
+        version = env_class(env).rules_version
+        return version, version
     if cfg.analyzer == "policy":
         from seedcli.analyzers.policy import model_fingerprint
 
@@ -220,7 +227,8 @@ def _record(
     return SkillRecord(
         episode_id=traj.episode_id,
         key=job.key,
-        task_type=traj.task_type,
+        env=traj.env,
+        category=traj.category,
         task=traj.task,
         won=traj.won,
         analyzer=cfg.analyzer,
@@ -287,7 +295,9 @@ class _Annotator:
     def _messages(self, job: Job, attempt: int) -> list[dict]:
         if attempt == 0:
             return analysis_messages(job.prompt)
-        return analysis_messages(job.prompt, self.cache.get(job.key, 0)["text"])
+        # over HTTP the retry must fit the server's context: resend only the start of a long failed answer
+        limit = PREVIOUS_ANSWER_CHARS if self.cfg.analyzer in HTTP_ANALYZERS else None
+        return analysis_messages(job.prompt, self.cache.get(job.key, 0)["text"], limit)
 
     def run_one(self, job: Job) -> None:
         """Threaded analyzers: first attempt, then the schema-reminder retry when the answer is rejected."""
@@ -357,14 +367,15 @@ def run(cfg: AnnotateConfig) -> Manifest:
     collect_dir, collect_manifest = resolve_input("collect", cfg.from_run, cfg.runs_dir)
     cfg = _resolve_analyzer_fields(cfg.model_copy(update={"from_run": str(collect_dir)}))
     trajectories = _read_trajectories(collect_dir)
-    model, key_model = _key_model(cfg)
+    envs = sorted({t.env for t in trajectories}) or ["alfworld"]
+    model, key_model = _key_model(cfg, envs[0])  # a collect run plays one environment
     stop = threading.Event()
     # HTTP and rules analyzers are cheap to build: a missing API key fails here, before a run directory exists
     analyzer = make_analyzer(cfg, stop) if cfg.analyzer != "policy" else None
 
     jobs: dict[str, Job] = {}
     for traj in trajectories:
-        prompt = render_analysis_prompt(traj.task, traj.won, analysis_turns(traj))
+        prompt = render_trajectory_analysis(traj)  # describes the trajectory's own environment
         key = request_key(cfg.analyzer, key_model, ANALYSIS_PROMPT_VERSION, prompt, cfg.temperature, cfg.max_tokens)
         jobs.setdefault(key, Job(key, prompt)).trajectories.append(traj)
 
@@ -428,9 +439,29 @@ def run(cfg: AnnotateConfig) -> Manifest:
             raise RuntimeError(f"{n_kept + n_rej} records for {len(trajectories)} trajectories")
         metrics = _metrics(cfg, model, worker, cache, trajectories, reused, len(pending), time.time() - t0)
         metrics["collect_run"] = collect_manifest.run_id
+        _refuse_if_failed(cfg, run, worker, metrics, len(trajectories))
         return run.complete(
             {"skills.jsonl": n_kept, "rejected.jsonl": n_rej, "responses.jsonl": len(cache.entries)}, metrics
         )
+
+
+def _refuse_if_failed(cfg: AnnotateConfig, run: Any, worker: _Annotator, metrics: dict, total: int) -> None:
+    """An honest outcome: when (nearly) every request failed the run ends `failed`, `latest` stays where it was, and
+    the message says what to do. Answers that arrived stay cached, so the resume asks only for what failed."""
+    failed = [r for r in worker.records.values() if r.reason == REQUEST_FAILED]
+    if not total or len(failed) <= cfg.max_failed_fraction * total:
+        return
+    last = failed[-1].usage.get("error") or "no answer"
+    where = f" at {cfg.base_url}" if cfg.analyzer in HTTP_ANALYZERS else ""
+    message = (
+        f"{len(failed)} of {total} trajectories got no answer from the {cfg.analyzer} analyzer{where} "
+        f"(last: {last}); the run is marked failed and `latest` is unchanged — fix the cause (is the server up, the "
+        f"URL and model right?) and continue with `seed annotate --resume {run.path}` "
+        f"(more than max_failed_fraction={cfg.max_failed_fraction:g} failed)"
+    )
+    run.manifest.metrics.update(metrics)
+    run.fail(message)
+    raise StageFailed(message)
 
 
 def _drive(worker: _Annotator, pending: list[Job], cfg: AnnotateConfig, stop: threading.Event) -> None:

@@ -1,12 +1,13 @@
-"""`seed collect`: the policy plays ALFWorld games; every episode lands in `trajectories.jsonl` as it finishes.
+"""`seed collect`: the policy plays an environment's tasks; every episode lands in `trajectories.jsonl` as it ends.
 
-One GPU (the paper's Stage-1 data: 180 games × 8 rollouts):
+One GPU (the paper's Stage-1 data: 180 ALFWorld games × 8 rollouts):
     seed collect --env alfworld --model Qwen2.5-3B-Instruct/ --engine vllm --tasks 180 --rollouts 8
-CPU smoke run on a tiny model:
+CPU smoke run on a tiny model (any env: alfworld | webshop | search):
     seed model init --preset tiny --out /tmp/m
     seed collect --model /tmp/m --tasks 6 --rollouts 2 --max-steps 4 --max-new-tokens 48
-Eight GPUs: run one collect per GPU on disjoint `--task-types` (collection is embarrassingly parallel) or use vLLM
-with tensor parallelism on one large model.
+    seed collect --env webshop --model /tmp/m --tasks 6 --rollouts 2 --max-new-tokens 48
+Eight GPUs: run one collect per GPU on disjoint `--task-types` (categories; collection is embarrassingly parallel)
+or use vLLM with tensor parallelism on one large model.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 
 from seedcli.artifacts import Manifest, open_run
 from seedcli.config import CollectConfig, RolloutConfig
-from seedcli.envs.alfworld import EnvPool, list_games, resolve_data_root, resolve_split, select_games
+from seedcli.envs import get_env
+from seedcli.envs.base import Environment
+from seedcli.envs.pool import EnvPool
 from seedcli.errors import UserError
 from seedcli.progress import StageProgress
 from seedcli.records import JsonlWriter, Trajectory, iter_jsonl, repair_tail, write_jsonl
@@ -33,6 +36,11 @@ def check_model_dir(model: str | None, flag: str = "--model") -> Path:
     if not (path / "config.json").exists():
         raise UserError(f"{flag} {path}: no config.json; not a Hugging Face model directory")
     return path
+
+
+def make_env(cfg: RolloutConfig) -> Environment:
+    """The environment a rollout config names, with its data root and options."""
+    return get_env(cfg.env, data_root=cfg.data_root, **cfg.env_options)
 
 
 def settings_from(cfg: RolloutConfig) -> RolloutSettings:
@@ -80,11 +88,21 @@ def play_to_file(
     meta: dict,
     out: Path,
     expert: bool = False,
+    env: Environment | None = None,
 ) -> tuple[list[Trajectory], int]:
     """Play the episodes of `specs` not yet in `out`, appending each to it as it finishes (so a killed run resumes
     where it stopped). Returns every episode in the order it finished (those already on disk first) and how
-    many were already on disk. Shared by collect and eval."""
+    many were already on disk. Shared by collect and eval. A record on disk from another environment or task is
+    refused (the file belongs to another run)."""
+    env = env or make_env(cfg)
     done = read_done(out)
+    wanted = {s.episode_id: s.task.task_id for s in specs}
+    for ep in done.values():
+        if ep.env != env.name or wanted.get(ep.episode_id, ep.task_id) != ep.task_id:
+            raise UserError(
+                f"{out}: episode {ep.episode_id} is {ep.env} task {ep.task_id}, not what this run plays "
+                f"({env.name}); resume it with the config it was made with, or start a new run"
+            )
     todo = [s for s in specs if s.episode_id not in done]
     episodes = [done[s.episode_id] for s in specs if s.episode_id in done]
     settings = settings_from(cfg)
@@ -92,7 +110,7 @@ def play_to_file(
     wins = sum(e.won for e in episodes)
     steps = 0
     with (
-        EnvPool(cfg.workers, expert=expert) as pool,
+        EnvPool(env, cfg.workers, expert=expert) as pool,
         JsonlWriter(out) as writer,
         StageProgress(label, len(specs)) as progress,
     ):
@@ -111,13 +129,13 @@ def play_to_file(
 
 
 def run(cfg: CollectConfig) -> Manifest:
-    root = resolve_data_root(cfg.data_root)
-    split = resolve_split(cfg.split)
-    games = select_games(list_games(root, split), cfg.tasks, cfg.seed, cfg.task_types)
+    env = make_env(cfg)
+    split = env.resolve_split(cfg.split)
+    games = env.select_tasks(env.list_tasks(split), cfg.tasks, cfg.seed, cfg.task_types)
     model_dir = check_model_dir(cfg.model)
     specs = [
-        EpisodeSpec(episode_id=f"g{gi:04d}-r{r:02d}", group_id=f"g{gi:04d}", game=game)
-        for gi, game in enumerate(games)
+        EpisodeSpec(episode_id=f"g{gi:04d}-r{r:02d}", group_id=f"g{gi:04d}", task=task)
+        for gi, task in enumerate(games)
         for r in range(cfg.rollouts)
     ]
     with open_run("collect", cfg) as run:
@@ -125,11 +143,14 @@ def run(cfg: CollectConfig) -> Manifest:
         t0 = time.time()
         try:
             policy = ModelPolicy(engine, settings_from(cfg), cfg.gen_batch)
-            episodes, resumed = play_to_file("collect", specs, policy, cfg, meta, run.file("trajectories.jsonl"))
+            episodes, resumed = play_to_file(
+                "collect", specs, policy, cfg, meta, run.file("trajectories.jsonl"), env=env
+            )
         finally:
             engine.close()
         metrics = episode_metrics(episodes)
         metrics.update(
+            env=env.name,
             games=len(games),
             rollouts=cfg.rollouts,
             split=split,

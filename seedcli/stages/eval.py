@@ -1,10 +1,13 @@
-"""`seed eval`: play every game of valid_seen (140) or valid_unseen (134) once, with the ordinary agent prompt only
-(never a skill), and report success per task type and its macro-average — the paper's headline number.
+"""`seed eval`: play every task of an evaluation split once, with the ordinary agent prompt only (never a skill),
+and report the environment's metrics per category beside the paper's numbers. ALFWorld: valid_seen (140) or
+valid_unseen (134), success per task type and its macro-average; WebShop: test goals 0-499, score and success.
 
 One GPU:
     seed eval --split unseen --from runs/rl/<id> --engine vllm
-Check the harness (must be 134/134 and 140/140) and get the floor:
+    seed eval --env webshop --split test --from runs/rl/<id> --engine vllm
+Check the harness (ALFWorld: must be 134/134 and 140/140; WebShop: the ceiling of its search engine) and the floor:
     seed eval --split unseen --policy expert
+    seed eval --env webshop --split test --policy expert
     seed eval --split seen --policy random
 Quick partial look on CPU (marked partial everywhere):
     seed eval --split seen --model /tmp/m --limit 12
@@ -17,10 +20,10 @@ from pathlib import Path
 
 from seedcli.artifacts import Manifest, open_run, read_manifest, verify_run
 from seedcli.config import EvalConfig
-from seedcli.envs.alfworld import list_games, resolve_data_root, resolve_split, select_games
+from seedcli.envs.base import Environment, Task
 from seedcli.errors import UserError
 from seedcli.rollout import EpisodeSpec, ExpertPolicy, ModelPolicy, RandomPolicy
-from seedcli.stages.collect import check_model_dir, load_policy_engine, play_to_file, settings_from
+from seedcli.stages.collect import check_model_dir, load_policy_engine, make_env, play_to_file, settings_from
 
 
 def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | None]:
@@ -54,19 +57,50 @@ def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | N
     return check_model_dir(cfg.model), None
 
 
+def only_categories(env: Environment, tasks: list[Task], wanted: list[str]) -> list[Task]:
+    """The tasks of the categories named in `--datasets` (aliases allowed); an absent one is a UserError."""
+    present = list(dict.fromkeys(t.category for t in tasks))
+    chosen = []
+    for name in wanted:
+        cat = name if name in present else env.canonical_category(name)
+        if cat not in present:
+            raise UserError(
+                f"--datasets {name}: the split has no such {env.category_label}; it has {', '.join(present)}"
+            )
+        chosen.append(cat)
+    return [t for t in tasks if t.category in set(chosen)]
+
+
+def limit_tasks(env: Environment, tasks: list[Task], limit: int | None, seed: int) -> tuple[list[Task], bool]:
+    """(the tasks `--limit` keeps, whether that is fewer than all): N balanced over categories, or N per category
+    where the environment says so (search: per data source); seeded, so reruns play the same tasks."""
+    if limit is None:
+        return tasks, False
+    if not env.limit_per_category:
+        # balanced, so a partial result covers every category
+        return (env.select_tasks(tasks, limit, seed), True) if limit < len(tasks) else (tasks, False)
+    by_cat: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_cat.setdefault(t.category, []).append(t)
+    kept = [t for group in by_cat.values() for t in env.select_tasks(group, limit, seed)]
+    return kept, len(kept) < len(tasks)
+
+
 def run(cfg: EvalConfig) -> Manifest:
     from seedcli.reporting import summarize_episodes, write_eval_outputs
 
-    root = resolve_data_root(cfg.data_root)
-    split = resolve_split(cfg.split)
-    if split == "train":
-        raise UserError("seed eval --split train: evaluation uses seen (valid_seen) or unseen (valid_unseen)")
-    games = list_games(root, split)
+    env = make_env(cfg)
+    split = env.resolve_split(cfg.split)
+    if split not in env.eval_splits:
+        raise UserError(
+            f"seed eval --split {cfg.split}: {env.title} evaluates on {' or '.join(env.eval_splits)}; pick one of them"
+        )
+    games = env.list_tasks(split)
+    if cfg.datasets:
+        games = only_categories(env, games, cfg.datasets)
     expected = len(games)
-    partial = cfg.limit is not None and cfg.limit < expected
-    if partial:
-        games = select_games(games, cfg.limit, cfg.seed)  # type-balanced, so a partial result covers every type
-    specs = [EpisodeSpec(episode_id=f"e{i:04d}", group_id=f"e{i:04d}", game=g) for i, g in enumerate(games)]
+    games, partial = limit_tasks(env, games, cfg.limit, cfg.seed)
+    specs = [EpisodeSpec(episode_id=f"e{i:04d}", group_id=f"e{i:04d}", task=g) for i, g in enumerate(games)]
 
     source = None
     if cfg.policy == "model":
@@ -85,12 +119,19 @@ def run(cfg: EvalConfig) -> Manifest:
             desc = f"{model_dir} ({cfg.engine}, T={cfg.temperature})"
         else:
             meta = {"engine": "none", "model_id": cfg.policy, "model_hash": "", "policy": cfg.policy}
-            policy = ExpertPolicy() if cfg.policy == "expert" else RandomPolicy(cfg.seed)
+            policy = ExpertPolicy(env) if cfg.policy == "expert" else RandomPolicy(cfg.seed, env)
             desc = f"{cfg.policy} policy"
         t0 = time.time()
         try:
             episodes, _ = play_to_file(
-                f"eval {cfg.split}", specs, policy, cfg, meta, run.file("episodes.jsonl"), expert=cfg.policy == "expert"
+                f"eval {cfg.split}",
+                specs,
+                policy,
+                cfg,
+                meta,
+                run.file("episodes.jsonl"),
+                expert=cfg.policy == "expert",
+                env=env,
             )
         finally:
             if engine is not None:
@@ -102,17 +143,16 @@ def run(cfg: EvalConfig) -> Manifest:
             partial=partial,
             expected_games=expected,
             wall_time_s=round((run.manifest.wall_time_s or 0.0) + time.time() - t0, 2),
+            env=env.name,
         )
         results["model"] = desc
-        write_eval_outputs(run.path, results, run_id=run.id, title=f"ALFWorld {split}")
-        metrics = {
-            k: results[k]
-            for k in ("macro_success", "micro_success", "mean_episode_length", "invalid_action_rate", "partial")
-            if k in results
-        }
+        write_eval_outputs(run.path, results, run_id=run.id, title=f"{env.title} {split}")
+        keys = ("macro_success", "micro_success", "mean_score", "mean_episode_length", "invalid_action_rate", "partial")
+        metrics = {k: results[k] for k in keys if k in results}
+        metrics["env"] = env.name
         metrics["wins"] = sum(e.won for e in episodes)
         metrics["games"] = len(episodes)
-        metrics["by_type"] = {t: f"{v['wins']}/{v['games']}" for t, v in results["task_types"].items() if v["games"]}
+        metrics["by_type"] = {t: f"{v['wins']}/{v['games']}" for t, v in results["categories"].items() if v["games"]}
         return run.complete(
             {"episodes.jsonl": len(episodes), "results.json": None, "report.md": None, "success_by_type.png": None},
             metrics,

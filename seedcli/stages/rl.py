@@ -1037,6 +1037,7 @@ def _validate(ctx: _Context, pool, games: list, step: int) -> dict:
     by_type = m["success_by_type"]
     return {
         "val/success_rate": m["success_rate"],
+        "val/score": m["mean_score"],  # the env's score in [0, 1] (WebShop's headline)
         "val/macro_success": sum(by_type.values()) / len(by_type) if by_type else 0.0,
         **{f"val/success/{k}": v for k, v in by_type.items()},
         "val/episode_length": m["mean_length"],

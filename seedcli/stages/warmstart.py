@@ -84,7 +84,7 @@ def demo_thinks(traj: Trajectory) -> list[str]:
     the prompt shows (the task line, the current observation, the pick-up/put messages), so a model can learn to
     write it; once written, the object's name sits right before the action (a 1.3M-parameter clone with a constant
     thought walked past the tomato it was looking for)."""
-    from seedcli.analyzers.rules import parse_goal
+    from seedcli.envs.alfworld_rules import parse_goal  # the warm start is ALFWorld's (it clones its expert)
 
     obj = parse_goal(traj.task).obj
     if not obj:

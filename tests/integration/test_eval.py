@@ -35,7 +35,7 @@ def _run(runs: Path, *args: str) -> tuple[Path, dict]:
 def test_expert_wins_every_game_of_a_type_balanced_sample(tmp_path):
     run_dir, results = _run(tmp_path, "--split", "unseen", "--policy", "expert", "--limit", "6")
     assert results["partial"] is True and results["expected_games"] == 134 and results["episodes"] == 6
-    per_type = {t: v["games"] for t, v in results["task_types"].items() if v["games"]}
+    per_type = {t: v["games"] for t, v in results["categories"].items() if v["games"]}
     assert per_type == {"pick": 1, "look": 1, "clean": 1, "heat": 1, "cool": 1, "pick_two": 1}
     assert results["wins"] == 6 and results["macro_success"] == 1.0 and results["invalid_action_rate"] == 0.0
     episodes = read_jsonl(run_dir / "episodes.jsonl", Trajectory)
@@ -48,7 +48,7 @@ def test_tiny_model_partial_run_writes_results_report_and_png(tiny_model, tmp_pa
         "--max-steps", "2", "--max-new-tokens", "8",
     )
     assert results["partial"] is True and results["episodes"] == 12 and results["expected_games"] == 140
-    assert sum(v["games"] for v in results["task_types"].values()) == 12
+    assert sum(v["games"] for v in results["categories"].values()) == 12
     assert results["tokens_generated"] > 0 and results["mean_episode_length"] <= 2
     report = (run_dir / "report.md").read_text()
     assert "Partial result: 12 of 140 games" in report and "Pick Two" in report

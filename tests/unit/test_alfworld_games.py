@@ -162,7 +162,7 @@ def test_resolve_data_root_not_found_message(tmp_path):
     # the package whose "repository" has no data next to it.
     pkg = tmp_path / "repo" / "seedcli"
     (pkg / "envs").mkdir(parents=True)
-    for rel in ("__init__.py", "errors.py", "envs/alfworld.py"):
+    for rel in ("__init__.py", "errors.py", "prompts.py", "envs/alfworld.py", "envs/base.py", "envs/pool.py"):
         (pkg / rel).write_text((REPO / "seedcli" / rel).read_text())
     (pkg / "envs" / "__init__.py").write_text("")
     (tmp_path / "cwd").mkdir()

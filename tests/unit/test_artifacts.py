@@ -37,6 +37,7 @@ def test_failed_body_marks_run_failed_and_latest_untouched(tmp_path):
     cfg = CollectConfig(runs_dir=str(tmp_path))
     with pytest.raises(RuntimeError):
         with open_run("collect", cfg, argv=[]) as run:
+            run.file("trajectories.jsonl").write_text('{"a": 1}\n')  # it started: the failed run is kept
             raise RuntimeError("boom")
     m = read_manifest(run.path)
     assert m.status == "failed" and "boom" in m.error
@@ -62,7 +63,7 @@ def test_newer_schema_and_running_runs_are_refused(tmp_path):
     data = json.loads((run.path / "manifest.json").read_text())
     data["status"] = "running"
     (run.path / "manifest.json").write_text(json.dumps(data))
-    with pytest.raises(UserError, match="is running, not complete"):
+    with pytest.raises(UserError, match="is interrupted, not complete"):  # running, but no live writer
         verify_run(run.path, "collect")
     data["schema_version"] = 99
     (run.path / "manifest.json").write_text(json.dumps(data))
@@ -74,6 +75,7 @@ def test_resume_reopens_the_same_directory_and_refuses_other_configs(tmp_path):
     cfg = EvalConfig(runs_dir=str(tmp_path), limit=3)
     with pytest.raises(KeyboardInterrupt):
         with open_run("eval", cfg, argv=[]) as first:
+            first.file("episodes.jsonl").write_text('{"a": 1}\n')
             raise KeyboardInterrupt
     with open_run("eval", cfg.model_copy(update={"resume": "auto"}), argv=[]) as again:
         assert again.path == first.path and again.manifest.resumed == 1

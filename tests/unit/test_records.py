@@ -22,3 +22,56 @@ def test_malformed_line_names_file_and_line(tmp_path):
     path.write_text('{"i": 1}\nnot json\n')
     with pytest.raises(UserError, match=r"r.jsonl:2: not a valid JSON record"):
         read_jsonl(path)
+
+
+def _schema1_trajectory(won: bool) -> dict:
+    """A trajectory line as seedcli wrote it before environment plug-ins (record schema 1, ALFWorld only)."""
+    return {
+        "episode_id": "g0000-r00", "group_id": "g0000", "game_file": "json_2.1.1/train/pick-x/t1/game.tw-pddl",
+        "split": "train", "task_type": "pick", "task": "put a mug in fridge.", "turns": [], "won": won,
+        "reward": 10.0 if won else 0.0, "length": 0, "engine": "hf", "model_id": "m", "model_hash": "h",
+        "sampling": {}, "prompt_version": "alfworld-agent-v1", "seed": 0, "policy": "model",
+    }  # fmt: skip
+
+
+def test_schema1_records_are_migrated_on_read(tmp_path):
+    import orjson
+
+    from seedcli.records import RECORD_SCHEMA_VERSION, SkillRecord, Trajectory
+
+    path = tmp_path / "trajectories.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(_schema1_trajectory(w)) + b"\n" for w in (True, False)))
+    won, lost = read_jsonl(path, Trajectory)
+    assert (won.env, won.task_id, won.category) == ("alfworld", "json_2.1.1/train/pick-x/t1/game.tw-pddl", "pick")
+    assert (won.score, lost.score) == (1.0, 0.0)  # ALFWorld: score = won
+    assert won.schema_version == RECORD_SCHEMA_VERSION == 2
+    assert won.task_type == "pick" and won.game_file == won.task_id  # the old names still read
+    # written back, it is a schema-2 record without the old fields
+    data = won.model_dump(mode="json")
+    assert "game_file" not in data and "task_type" not in data and data["env"] == "alfworld"
+    skill = SkillRecord.model_validate(
+        {
+            "episode_id": "e",
+            "key": "k",
+            "task_type": "pick",
+            "task": "t",
+            "won": True,
+            "analyzer": "rules",
+            "model": "rules-v1",
+            "prompt_version": "analysis-v1",
+            "prompt": "p",
+            "raw": "{}",
+        }  # fmt: skip
+    )
+    assert (skill.env, skill.category) == ("alfworld", "pick")
+
+
+def test_a_newer_record_schema_is_refused_in_one_line(tmp_path):
+    import orjson
+
+    path = tmp_path / "trajectories.jsonl"
+    path.write_bytes(orjson.dumps({**_schema1_trajectory(True), "schema_version": 3}) + b"\n")
+    from seedcli.records import Trajectory
+
+    with pytest.raises(UserError, match=r"trajectories.jsonl:1: .*record schema 3 is newer than this seedcli's \(2\)"):
+        read_jsonl(path, Trajectory)

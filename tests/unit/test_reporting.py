@@ -66,10 +66,18 @@ def results(episodes) -> dict:
 
 def test_summary_counts_and_rates_by_hand(results):
     assert results["split"] == "valid_unseen"
-    assert results["task_types"]["pick"] == {"games": 3, "wins": 2, "success_rate": pytest.approx(2 / 3, abs=1e-6)}
-    assert results["task_types"]["look"] == {"games": 1, "wins": 0, "success_rate": 0.0}
-    assert results["task_types"]["heat"] == {"games": 0, "wins": 0, "success_rate": None}
-    assert list(results["task_types"]) == reporting.TASK_TYPES_ORDER
+    # ALFWorld: score = won, so a category's mean score is its success rate
+    two_thirds = pytest.approx(2 / 3, abs=1e-6)
+    assert results["categories"]["pick"] == {
+        "games": 3,
+        "wins": 2,
+        "success_rate": two_thirds,
+        "mean_score": two_thirds,
+    }
+    assert results["categories"]["look"] == {"games": 1, "wins": 0, "success_rate": 0.0, "mean_score": 0.0}
+    assert results["categories"]["heat"] == {"games": 0, "wins": 0, "success_rate": None, "mean_score": None}
+    assert list(results["categories"]) == reporting.TASK_TYPES_ORDER
+    assert results["env"] == "alfworld" and results["mean_score"] == pytest.approx(0.5)
     # macro over the two types that have games: (2/3 + 0) / 2; micro: 2 wins of 4 games
     assert results["macro_success"] == pytest.approx((2 / 3 + 0) / 2, abs=1e-6)
     assert results["macro_types"] == 2
@@ -89,7 +97,7 @@ def test_summary_mixed_agents_and_unknown_type(episodes):
     res = reporting.summarize_episodes(
         episodes + [other], split="seen", partial=False, expected_games=140, wall_time_s=1.0
     )
-    assert list(res["task_types"])[-1] == "slice"
+    assert list(res["categories"])[-1] == "slice"
     assert res["agent"]["model_id"] == ["other-model", "tiny-qwen"]
     assert res["macro_success"] == pytest.approx((2 / 3 + 0 + 1) / 3, abs=1e-6)
     assert res["split"] == "valid_seen"
@@ -311,7 +319,7 @@ def test_report_command_bad_inputs(tmp_path):
     with pytest.raises(UserError, match="not valid JSON"):
         reporting.load_results(not_eval)
     (not_eval / "results.json").write_text('{"split": "valid_seen"}')
-    with pytest.raises(UserError, match="missing task_types, macro_success"):
+    with pytest.raises(UserError, match="missing categories, macro_success"):
         reporting.load_results(not_eval)
     assert not (tmp_path / "o" / "compare.md").exists()
 
@@ -325,3 +333,56 @@ def test_plot_command(tmp_path):
     assert [p.name for p in paths] == ["reward.png", "kl.png", "curves.png"]
     with pytest.raises(UserError, match="no metrics.jsonl"):
         reporting.plot_command([tmp_path], tmp_path / "plots")
+
+
+def _webshop_episode(i: int, category: str, score: float) -> Trajectory:
+    return Trajectory(
+        episode_id=f"w{i}", group_id=f"w{i}", env="webshop", task_id=f"goal-{i}", split="test", category=category,
+        task="i need a red shirt", turns=[turn(1)], won=score == 1.0, score=score,
+        reward=10.0 if score == 1.0 else 0.0, length=1, engine="hf", model_id="m", model_hash="h",
+        sampling={}, prompt_version="webshop-v1", seed=0,
+    )  # fmt: skip
+
+
+def test_webshop_results_report_score_success_and_the_paper(tmp_path):
+    # fashion: scores 1.0 and 0.5 (1 success); grocery: 0.25 (0 successes). By hand:
+    # mean score (all goals) = 1.75 / 3; success = 1 / 3; macro score = (0.75 + 0.25) / 2 = 0.5
+    eps = [
+        _webshop_episode(0, "fashion", 1.0),
+        _webshop_episode(1, "fashion", 0.5),
+        _webshop_episode(2, "grocery", 0.25),
+    ]
+    res = reporting.summarize_episodes(eps, split="test", partial=True, expected_games=500, wall_time_s=1.0)
+    assert res["env"] == "webshop" and res["split"] == "test"
+    assert res["mean_score"] == pytest.approx(1.75 / 3, abs=1e-6) and res["micro_success"] == pytest.approx(1 / 3)
+    assert res["macro_score"] == pytest.approx(0.5) and res["categories"]["fashion"]["mean_score"] == 0.75
+    md = reporting.render_report(res, title="WebShop test", model_desc="m", run_id="r")
+    assert "## Success by product category" in md and "| Product category | Goals | Wins | Success | Score |" in md
+    assert "| Fashion | 2 | 1 | 50.0% | 75.0 |" in md
+    assert "| **This run** (partial) | **58.3** | **33.3%** |" in md  # score first (the headline), then success
+    assert "| SEED (paper) | 88.5 | 78.9% |" in md
+    assert "ALFWorld" not in md
+    reporting.write_eval_outputs(tmp_path, res, run_id="r")
+    assert (tmp_path / "success_by_type.png").read_bytes()[:8] == PNG_MAGIC
+    assert reporting.load_results(tmp_path)["env"] == "webshop"
+
+
+def test_schema1_results_still_load_and_report(tmp_path, results):
+    old = {k: v for k, v in results.items() if k not in ("env", "categories", "mean_score", "macro_score")}
+    old["task_types"] = {
+        t: {k: v for k, v in row.items() if k != "mean_score"} for t, row in results["categories"].items()
+    }
+    old["schema_version"] = 1
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    loaded = reporting.load_results(tmp_path)
+    assert loaded["env"] == "alfworld" and list(loaded["categories"]) == reporting.TASK_TYPES_ORDER
+    assert "| Pick | 3 | 2 | 66.7% |" in reporting.render_report(loaded, title="t", model_desc="m", run_id="r")
+
+
+def test_score_curve_is_drawn_when_a_run_logs_it(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"step": s, "reward/mean": 1.0, "reward/score_mean": 0.1 * s, "val/score": 0.05 * s} for s in (1, 2, 3)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    paths = reporting.plot_training_curves([("SEED", metrics)], tmp_path / "o")
+    assert [p.name for p in paths] == ["reward.png", "score.png", "curves.png"]
+    _png(tmp_path / "o" / "score.png")

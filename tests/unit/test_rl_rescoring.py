@@ -1,6 +1,5 @@
 """Turn-samples, advantages, packed re-scoring, the static skill library and the weight-sync probe."""
 
-import json
 import math
 import statistics
 
@@ -8,15 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seedcli.errors import UserError
 from seedcli.prompts import SKILL_HEADING, render_agent_prompt
 from seedcli.records import Trajectory, Turn
 from seedcli.rl.rescoring import (
-    TASK_TYPES,
     WeightSyncError,
     build_turn_samples,
     check_probe,
-    load_skill_library,
     rescore_samples,
     score_responses,
 )
@@ -159,54 +155,7 @@ def test_rescore_without_teacher_or_ref():
 # --------------------------------------------------------------------------------------------- skill library
 
 
-def test_shipped_static_library_covers_every_task_type():
-    from seedcli.stages.rl import DEFAULT_STATIC_SKILLS
-
-    lib = load_skill_library(DEFAULT_STATIC_SKILLS)
-    assert set(lib.skills) == set(TASK_TYPES)
-    assert all(len(v) == 1 and len(v[0].split()) >= 5 for v in lib.skills.values())
-    assert lib.skill_for("pick_clean_then_place_in_recep", "e1").startswith("Find and take the object")
-
-
-def test_library_formats(tmp_path):
-    skill = "Take the object and then put it in the target."
-    p = tmp_path / "map.json"
-    p.write_text(json.dumps({"pick": skill, "look_at_obj_in_light": [skill, skill + " Also look."]}))
-    lib = load_skill_library(p)
-    assert lib.skills["pick_and_place_simple"] == [skill]
-    assert len(lib.skills["look_at_obj_in_light"]) == 2
-    picks = {lib.skill_for("look_at_obj_in_light", f"ep{i}") for i in range(20)}
-    assert len(picks) == 2  # several skills of a type: each episode gets one, stably
-    assert lib.skill_for("look_at_obj_in_light", "ep3") == lib.skill_for("look_at_obj_in_light", "ep3")
-    assert lib.skill_for("pick_two_obj_and_place", "ep1") is None
-
-    p = tmp_path / "list.json"
-    p.write_text(json.dumps([{"task_type": "heat", "skill": skill}]))
-    assert load_skill_library(p).skills == {"pick_heat_then_place_in_recep": [skill]}
-
-    # an annotate run's skills.jsonl: rejected records are skipped
-    p = tmp_path / "skills.jsonl"
-    p.write_text(
-        json.dumps({"task_type": "pick_cool_then_place_in_recep", "episode_skill": skill, "reason": None}) + "\n"
-        + json.dumps({"task_type": "pick_cool_then_place_in_recep", "episode_skill": "x", "reason": "skill_too_short"}) + "\n"
-    )  # fmt: skip
-    assert load_skill_library(p).skills == {"pick_cool_then_place_in_recep": [skill]}
-    assert load_skill_library(tmp_path).skills == {"pick_cool_then_place_in_recep": [skill]}  # the run directory
-
-
-def test_library_errors(tmp_path):
-    with pytest.raises(UserError, match="not found"):
-        load_skill_library(tmp_path / "nope.json")
-    p = tmp_path / "bad.json"
-    p.write_text(json.dumps({"juggle": "Take the object and then put it down."}))
-    with pytest.raises(UserError, match="unknown task type 'juggle'"):
-        load_skill_library(p)
-    p.write_text(json.dumps({"pick": "too short"}))
-    with pytest.raises(UserError, match="at least 5 words"):
-        load_skill_library(p)
-    p.write_text("{not json\n")
-    with pytest.raises(UserError, match="bad.json:1"):
-        load_skill_library(p)
+# moved to tests/unit/test_skill_library.py (the library now lives in seedcli.rl.skill_library)
 
 
 # --------------------------------------------------------------------------------------------- probe

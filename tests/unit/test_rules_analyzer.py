@@ -5,7 +5,8 @@ import json
 import pytest
 
 from seedcli.analyzers.parse import parse_skill
-from seedcli.analyzers.rules import RulesAnalyzer, abstract, classify, decisive_steps, parse_goal, rules_skill
+from seedcli.analyzers.rules import RulesAnalyzer, rules_skill
+from seedcli.envs.alfworld_rules import abstract, classify, decisive_steps, parse_goal
 from seedcli.prompts import format_response
 from seedcli.records import Trajectory, Turn
 

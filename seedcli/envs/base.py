@@ -1,0 +1,296 @@
+"""The environment protocol: everything a stage may know about an environment (DESIGN.md §2).
+
+An environment is a subclass of `Environment` registered by name in `seedcli/envs/__init__.py`. Stages, the rollout
+loop, rescoring, annotate, sft, rl, eval and reporting use only what is declared here; nothing outside
+`seedcli/envs/` imports an environment's own module. Environments never import torch.
+
+What an environment supplies (class attributes are constants; methods have a default where one fits most envs):
+
+    data        `resolve_data_root()` (explicit path, $<ENV>_DATA, or ../shared/<env>; UserError when missing)
+    tasks       `splits`, `list_tasks(split)` -> [Task] (stable `task_id`, `category`, `split`),
+                `select_tasks(tasks, n, seed, categories)` (seeded, category-balanced; the default fits)
+    playing     `new_game(expert)` -> EnvGame (reset(task) / step(action) -> StepResult; run in worker
+                processes by `seedcli.envs.pool.EnvPool`), `spec()` (what a worker needs to rebuild the env)
+    prompt      `prompt_version`, `render_prompt(...)`, `task_line_prefix` (the skill block goes right after the
+                line holding it: `insert_skill`), `max_steps`, `history`
+    actions     `parse_action(response)` -> (action sent to the game, valid), `format_response(think, action)`
+    reward      `success_reward` (episode reward = success_reward·won), `invalid_penalty` per invalid turn,
+                `advantage_norm` ("mean_std" or "mean": how GRPO normalises a group's turn scores)
+    analysis    `analysis_description` (first sentence of the analysis prompt), `rules_skill(trajectory)`
+    policies    `expert_response(result)`, `random_response(result, rng)`
+    eval        `categories`, `category_names`, `category_label`, `task_noun`, `eval_splits`, `metric_labels`
+                (results.json keys, headline first: macro_success, micro_success, mean_score, macro_score),
+                `paper_model`, `paper_results`, `paper_note`, `offline_note`
+    tokenizer   `sample_texts()`: text the tiny models' tokenizer is trained on
+    skills      `canonical_category(name)`: the category a static skill library's key names (aliases allowed)
+
+Environment instances are cheap to make: data is read lazily (in `list_tasks` / `new_game`), so a stage can ask
+`get_env(name).parse_action(...)` without any data installed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol
+
+from seedcli.errors import UserError
+
+THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL)
+
+SKILL_HEADING = "Episode-Level Skill"
+SKILL_INSTRUCTION = "Use the following skill, learned in hindsight from this kind of task, to choose your actions."
+
+
+@dataclass(frozen=True)
+class Task:
+    """One playable task: an ALFWorld game, a WebShop goal, a search question.
+
+    `task_id` is stable across machines and runs (it names the task in records and resumes); `category` is the
+    unit of balanced selection and per-category metrics (ALFWorld task type, WebShop product category, search
+    data source). Must pickle: the pool sends it to worker processes."""
+
+    task_id: str
+    category: str
+    split: str
+    name: str = ""  # human-readable label for progress and error messages (default: task_id)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.task_id
+
+
+@dataclass
+class StepResult:
+    """What the agent sees after a reset or a step (also what the pool sends back from a worker)."""
+
+    observation: str
+    admissible: list[str] | None  # actions the agent may choose from; None: free-text actions (search)
+    won: bool  # the episode is a success (ALFWorld: goal reached; WebShop: bought reward 1.0; search: exact match)
+    done: bool  # the episode is over (won, bought, answered); the step limit is the caller's
+    task: str  # the task text shown on the task line
+    expert_action: str | None = None  # next action of the expert (expert games only; None once done)
+    reward: float = 0.0  # the environment's raw reward of this step (WebShop: purchase reward in [0, 1])
+    score: float = 0.0  # the episode's score in [0, 1] so far; final when done (ALFWorld: won)
+    info: dict[str, Any] = field(default_factory=dict)  # env-specific extras, JSON-serialisable
+
+
+class EnvGame(Protocol):
+    """One episode slot: a game played in this process (the pool holds one per slot, in a worker)."""
+
+    def reset(self, task: Task) -> StepResult: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+class Environment(ABC):
+    """Base class of every environment; see the module docstring for what a subclass supplies."""
+
+    name: ClassVar[str]  # registry name: alfworld | webshop | search
+    title: ClassVar[str]  # display name in reports: "ALFWorld"
+    prompt_version: ClassVar[str]  # bump whenever render_prompt's text changes
+    task_line_prefix: ClassVar[str]  # the skill block goes after the line that holds this text
+    max_steps: ClassVar[int]  # default turns per episode
+    history: ClassVar[int]  # default observation/action pairs shown
+    success_reward: ClassVar[float] = 10.0
+    invalid_penalty: ClassVar[float] = 0.1
+    advantage_norm: ClassVar[Literal["mean_std", "mean"]] = "mean_std"
+    free_text: ClassVar[bool] = False  # True: StepResult.admissible is None and actions are free text
+    splits: ClassVar[dict[str, str]]  # accepted split name or alias -> canonical split name
+    train_split: ClassVar[str] = "train"
+    eval_splits: ClassVar[tuple[str, ...]]  # canonical splits eval accepts; the first is the default
+    val_split: ClassVar[str]  # canonical split rl validates on
+    categories: ClassVar[tuple[str, ...]]  # known categories in report order ((): discovered from the tasks)
+    category_names: ClassVar[dict[str, str]] = {}  # category -> display name
+    category_aliases: ClassVar[dict[str, str]] = {}  # other names a static skill library may use -> category
+    category_label: ClassVar[str] = "category"  # what a category is called in reports: "task type"
+    task_noun: ClassVar[str] = "task"  # what a task is called in reports: "game", "goal", "question"
+    metric_labels: ClassVar[dict[str, str]]  # results.json key -> label; the first is the headline
+    paper_note: ClassVar[str] = ""  # a line under the paper table (where the numbers come from, what is missing)
+    offline_note: ClassVar[str] = ""  # a line in every report on how offline data differs from the paper's
+    paper_model: ClassVar[str] = "Qwen2.5-3B"
+    paper_results: ClassVar[dict[str, dict[str, dict[str, float]]]] = {}  # split -> method -> key -> fraction
+    analysis_description: ClassVar[str]  # first sentence of the analysis prompt: who the analyst is, what it reads
+    rules_version: ClassVar[str] = "rules-v1"  # version of rules_skill's text (annotate's cache key); bump on change
+    limit_per_category: ClassVar[bool] = False  # `seed eval --limit N`: N per category (True) or N in all, balanced
+    expert_modes: ClassVar[tuple[Any, ...]] = (False, True)
+
+    def __init__(self, data_root: str | None = None, **options: Any):
+        self.data_root = data_root
+        self.options = options
+
+    # -- tasks --------------------------------------------------------------------------------------------------
+
+    def spec(self) -> dict[str, Any]:
+        """Keyword arguments that rebuild this environment in a worker process (JSON-serialisable)."""
+        return {"data_root": None if self.data_root is None else str(self.data_root), **self.options}
+
+    def resolve_data_root(self) -> Path:
+        """The data folder this environment reads (explicit `data_root`, its environment variable, or
+        ../shared/<env>); missing data is a one-line UserError saying how to get it."""
+        raise NotImplementedError(f"{self.name}: resolve_data_root")
+
+    def resolve_split(self, split: str) -> str:
+        """The canonical name of a split or alias; an unknown one is a UserError."""
+        canon = self.splits.get(str(split).strip().lower())
+        if canon is None:
+            raise UserError(f"unknown {self.title} split {split!r}: use one of {', '.join(self.splits)}")
+        return canon
+
+    @abstractmethod
+    def list_tasks(self, split: str) -> list[Task]:
+        """Every task of a split in a stable order; missing data is a one-line UserError."""
+
+    def select_tasks(
+        self, tasks: Sequence[Task], n: int, seed: int, categories: Sequence[str] | None = None
+    ) -> list[Task]:
+        """Up to `n` tasks balanced over categories, deterministic in `seed` (see `select_balanced`)."""
+        if categories is not None and self.categories:
+            known = set(self.categories)
+            unknown = [c for c in categories if c not in known]
+            if unknown:
+                raise UserError(
+                    f"unknown {self.title} categor{'y' if len(unknown) == 1 else 'ies'} "
+                    f"{', '.join(map(repr, unknown))}: use any of {', '.join(self.categories)}"
+                )
+        order = list(self.categories) or sorted({t.category for t in tasks})
+        extra = sorted({t.category for t in tasks} - set(order))
+        return select_balanced(tasks, n, seed, [*order, *extra], categories)
+
+    def canonical_category(self, name: str) -> str | None:
+        """The category a user-written name means (static skill libraries), or None."""
+        key = str(name).strip().lower().replace("-", "_").replace(" ", "_")
+        for c in self.categories:
+            if key == c.lower():
+                return c
+        return self.category_aliases.get(key)
+
+    # -- playing ------------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def new_game(self, expert: bool | str = False) -> EnvGame:
+        """A fresh episode slot; `expert` makes its StepResults carry `expert_action`."""
+
+    # -- prompt and actions ---------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def render_prompt(
+        self,
+        task: str,
+        observation: str,
+        admissible: Sequence[str] | None,
+        step: int,
+        history: Sequence[tuple[str, str]],
+        history_length: int,
+    ) -> str:
+        """The user message of one turn. `step` counts from 1; `history` holds (observation, action) pairs of all
+        earlier turns, of which the last `history_length` are shown."""
+
+    def insert_skill(self, prompt: str, skill: str) -> str:
+        """The skill-augmented prompt: the skill block right after the task line (DESIGN.md §1, stage 2 step 3)."""
+        return insert_after_line(prompt, self.task_line_prefix, skill)
+
+    @abstractmethod
+    def parse_action(self, response: str) -> tuple[str, bool]:
+        """(action sent to the game, valid) of a response; an invalid turn still sends its action."""
+
+    def format_response(self, think: str, action: str) -> str:
+        """A well-formed response that `parse_action` reads back as `action` (expert, random, warm start, tests)."""
+        return f"<think>{think}</think>\n<action>{action}</action>"
+
+    def expert_response(self, result: StepResult) -> str:
+        """The expert's response to `result` (from an expert game)."""
+        return self.format_response("I follow the expert plan.", result.expert_action or "")
+
+    def random_response(self, result: StepResult, rng: random.Random) -> str:
+        """A random valid response: the floor."""
+        choices = list(result.admissible or [])
+        if not choices:
+            raise NotImplementedError(f"{self.name}: free-text environments must define random_response")
+        return self.format_response("I pick a random admissible action.", rng.choice(choices))
+
+    # -- analysis -------------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def rules_skill(self, trajectory) -> tuple[str, str]:
+        """(episode_summary, episode_skill) the offline rules analyzer writes for one Trajectory."""
+
+    # -- eval and tokenizer ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def category_name(cls, category: str) -> str:
+        """Display name of a category in reports."""
+        return cls.category_names.get(category, category.replace("_", " ").title())
+
+    def sample_texts(self) -> list[str]:
+        """Text for the tiny tokenizer: prompts and observations as this env renders them. May read data; an env
+        without data returns its templates only."""
+        return []
+
+
+def insert_after_line(prompt: str, prefix: str, skill: str) -> str:
+    """`prompt` with the skill block inserted after the line holding `prefix` (the first one)."""
+    start = prompt.find(prefix)
+    if start < 0:
+        raise ValueError("prompt has no task line to insert a skill after")
+    end = prompt.find("\n", start)
+    end = len(prompt) if end < 0 else end + 1
+    block = f"\n## {SKILL_HEADING}\n{SKILL_INSTRUCTION}\n{skill.strip()}\n\n"
+    return prompt[:end] + block + prompt[end:]
+
+
+def select_balanced(
+    tasks: Sequence[Task],
+    n: int,
+    seed: int,
+    order: Sequence[str],
+    categories: Sequence[str] | None = None,
+) -> list[Task]:
+    """Up to `n` tasks balanced over categories (n=180 over six -> 30 each), deterministic in `seed`.
+
+    Within a category the tasks are shuffled by the seed; the result interleaves categories round-robin in `order`,
+    so every prefix is balanced too. A category with too few tasks gives all it has and the others fill in."""
+    if n < 0:
+        raise UserError(f"number of tasks must be >= 0, got {n}")
+    wanted = [c for c in order if categories is None or c in categories]
+    by_cat: dict[str, list[Task]] = {c: [] for c in wanted}
+    for t in sorted(tasks, key=lambda t: (t.name, t.split, t.task_id)):
+        if t.category in by_cat:
+            by_cat[t.category].append(t)
+    for c, pool in by_cat.items():
+        random.Random(f"{seed}/{c}").shuffle(pool)
+    cats = [c for c in wanted if by_cat[c]]
+
+    # Water-filling: equal quotas (remainder to the first categories in order), capped by what a category has.
+    quota = {c: 0 for c in cats}
+    left = min(n, sum(len(by_cat[c]) for c in cats))
+    while left > 0:
+        open_cats = [c for c in cats if quota[c] < len(by_cat[c])]
+        share, extra = divmod(left, len(open_cats))
+        for i, c in enumerate(open_cats):
+            take = min(share + (1 if i < extra else 0), len(by_cat[c]) - quota[c])
+            quota[c] += take
+            left -= take
+
+    chosen = {c: by_cat[c][: quota[c]] for c in cats}
+    out: list[Task] = []
+    for r in range(max(quota.values(), default=0)):
+        out.extend(chosen[c][r] for c in cats if r < len(chosen[c]))
+    return out
+
+
+def parse_think_action(response: str) -> tuple[str, bool]:
+    """ALFWorld's rule: the last `<action>…</action>`, lower-cased with whitespace collapsed; valid when a
+    `<think>…</think>` block is present and the action is non-empty."""
+    think = THINK_RE.search(response)
+    actions = ACTION_RE.findall(response)
+    action = actions[-1].strip().lower() if actions else ""
+    action = " ".join(action.split())
+    return action, bool(think) and bool(action)

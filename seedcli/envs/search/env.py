@@ -1,0 +1,313 @@
+"""Search-QA on the environment protocol: Search-R1's question answering as verl-agent and the SEED code run it.
+
+A task is a question; its category the data source. Each turn the agent writes `<think>` and one of
+`<search> query </search>` (the top 3 passages come back inside `<information>`) or `<answer> … </answer>` (the episode
+ends; reward 1·exact match). Options (`env_options`): `corpus` (wiki-18-format JSONL for in-process BM25; default the
+bundled 10k passages), `search_url` (a Search-R1 `/retrieve` server instead), `datasets` and `limit` (test sets and
+questions per data source), `topk`, `timeout`, `max_retries`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from seedcli.envs.base import Environment, StepResult, Task
+from seedcli.envs.search.data import SPLITS, Question, default_corpus, load_split, read_questions, resolve_data_root
+from seedcli.envs.search.projection import parse_reply
+from seedcli.envs.search.prompt import (
+    PROMPT_VERSION,
+    TASK_LINE_PREFIX,
+    build_prompt,
+    information_text,
+    passages_to_string,
+)
+from seedcli.envs.search.retriever import TOPK, Retriever, make_retriever
+from seedcli.envs.search.reward import answer_in_text, exact_match
+from seedcli.envs.search.rules import RULES_VERSION
+from seedcli.errors import UserError
+
+UNKNOWN = "unknown"  # the expert's answer when the passages hold no golden answer
+_OPTIONS = ("corpus", "search_url", "datasets", "limit", "topk", "timeout", "max_retries")
+
+
+class SearchEnv(Environment):
+    """Search-R1's QA protocol: free-text searches, exact-match reward, an in-process or remote retriever."""
+
+    name = "search"
+    title = "Search-QA"
+    prompt_version = PROMPT_VERSION
+    task_line_prefix = TASK_LINE_PREFIX
+    max_steps = 4
+    history = 4
+    success_reward = 1.0  # reward = 1·exact match
+    invalid_penalty = 0.01  # the SEED code's value for search
+    advantage_norm = "mean_std"
+    free_text = True
+    splits = {s: s for s in SPLITS} | {"valid": "dev", "validation": "dev"}
+    train_split = "train"
+    eval_splits = ("test", "dev")
+    val_split = "dev"
+    # report order: the paper's seven sets, then the closed sets of the offline bundle
+    categories = ("nq", "triviaqa", "popqa", "hotpotqa", "2wiki", "musique", "bamboogle",
+                  "hotpotqa_train", "musique_train", "2wiki_dev")  # fmt: skip
+    category_names = {
+        "nq": "NQ",
+        "triviaqa": "TriviaQA",
+        "popqa": "PopQA",
+        "hotpotqa": "HotpotQA",
+        "2wiki": "2Wiki",
+        "musique": "MuSiQue",
+        "bamboogle": "Bamboogle",
+        "hotpotqa_train": "HotpotQA (closed)",
+        "musique_train": "MuSiQue (closed)",
+        "2wiki_dev": "2Wiki (closed)",
+    }
+    category_aliases = {"2wikimultihopqa": "2wiki", "natural_questions": "nq", "hotpot": "hotpotqa"}
+    category_label = "data source"
+    task_noun = "question"
+    limit_per_category = True  # `seed eval --limit N`: N questions of each data source (Search-R1's practice)
+    metric_labels = {
+        "macro_score": "exact match (average over data sources)",
+        "mean_score": "exact match (all questions)",
+    }
+    # The paper gives only the average over its seven sets (NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue,
+    # Bamboogle) with a 21M-passage wiki-18 retriever; offline runs average five sets over 10k passages.
+    paper_results = {
+        "test": {
+            "GRPO": {"macro_score": 0.364},
+            "SDAR": {"macro_score": 0.434},
+            "SEED": {"macro_score": 0.457},
+        }
+    }
+    paper_note = (
+        "Paper: Qwen2.5-3B, exact match averaged over NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue and Bamboogle "
+        "with a 21M-passage wiki-18 retriever; the seed documents give the 7-set average only, not per data source."
+    )
+    offline_note = (
+        "Offline corpus: about 10k passages, not wiki-18's 21M, and no TriviaQA or PopQA; offline scores test the "
+        "mechanism and cannot be compared with the paper (point env_options.search_url at a wiki-18 server for that)."
+    )
+    rules_version = RULES_VERSION
+    analysis_description = (
+        "You are an expert analyst of search agents that answer questions with a search engine (Search-R1's "
+        "question answering: the agent writes <search> queries, reads the retrieved Wikipedia passages inside "
+        "<information>, and gives an <answer> scored by exact match)."
+    )
+    expert_modes = (False, True)
+
+    def __init__(self, data_root: str | None = None, **options: Any):
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            raise UserError(f"unknown search env option(s) {', '.join(unknown)}; valid: {', '.join(_OPTIONS)}")
+        datasets = options.get("datasets")
+        if isinstance(datasets, str):  # `datasets=nq,bamboogle` from the command line
+            options["datasets"] = [d.strip() for d in datasets.split(",") if d.strip()]
+        super().__init__(data_root, **{k: v for k, v in options.items() if v is not None})
+        self._retriever: Retriever | None = None
+
+    # -- tasks ----------------------------------------------------------------------------------------------------
+
+    def resolve_data_root(self) -> Path:
+        """`data_root`, else $SEARCH_DATA, else ../shared/search; missing or empty is a one-line UserError."""
+        return resolve_data_root(self.data_root)
+
+    def resolve_split(self, split: str) -> str:
+        """train | dev (alias valid) | test, or a JSONL file of questions in FlashRAG's fields."""
+        text = str(split).strip()
+        if text.lower() in self.splits:
+            return self.splits[text.lower()]
+        if text.endswith(".jsonl") or Path(text).is_file():
+            path = str(Path(text).expanduser().resolve())
+            # a user's question file (TriviaQA, PopQA, ...) is an eval split of this instance too
+            if path not in self.eval_splits:
+                self.eval_splits = (*self.eval_splits, path)
+            return path
+        raise UserError(f"unknown Search-QA split {split!r}: use train, dev, test or a JSONL file of questions")
+
+    def list_tasks(self, split: str) -> list[Task]:
+        canon = self.resolve_split(split)
+        limit = self.options.get("limit")
+        questions = load_split(canon, self.data_root, self.options.get("datasets"), int(limit) if limit else None)
+        return [Task(task_id=q.id, category=q.data_source, split=canon, name=q.id) for q in questions]
+
+    def question(self, task: Task) -> Question:
+        """The question behind a task (looked up in its whole split, whatever filters made the task list)."""
+        found = _split_index(task.split, None if self.data_root is None else str(self.data_root)).get(task.task_id)
+        if found is None:
+            raise UserError(f"question {task.task_id!r} is not in the {task.split} split; was the data changed?")
+        return found
+
+    # -- playing --------------------------------------------------------------------------------------------------
+
+    def retriever(self) -> Retriever:
+        """The retriever of this process (built on first use): HTTP when `search_url` is set, else BM25."""
+        if self._retriever is None:
+            url = self.options.get("search_url")
+            corpus = self.options.get("corpus") or (None if url else default_corpus(self.data_root))
+            http = {k: self.options[k] for k in ("timeout", "max_retries") if k in self.options}
+            self._retriever = make_retriever(corpus=corpus, search_url=url, **http)
+        return self._retriever
+
+    def new_game(self, expert: bool | str = False) -> SearchGame:
+        if expert not in self.expert_modes:
+            raise UserError(f"unknown expert mode {expert!r} for search; use one of {self.expert_modes}")
+        return SearchGame(self, bool(expert))
+
+    # -- prompt and actions ---------------------------------------------------------------------------------------
+
+    def render_prompt(
+        self,
+        task: str,
+        observation: str,
+        admissible: Sequence[str] | None,
+        step: int,
+        history: Sequence[tuple[str, str]],
+        history_length: int,
+    ) -> str:
+        # The protocol's history pairs an observation with the action taken on it; verl-agent's memory pairs an
+        # action with the information it brought back, i.e. with the next observation.
+        pairs = list(history)
+        steps = [(pairs[i][1], pairs[i + 1][0] if i + 1 < len(pairs) else observation) for i in range(len(pairs))]
+        return build_prompt(task, steps, history_length)
+
+    def parse_action(self, response: str) -> tuple[str, bool]:
+        action = parse_reply(response)
+        return action.text, action.valid
+
+    def format_response(self, think: str, action: str) -> str:
+        # `action` is what parse_action returns: `<search>q</search>` or `<answer>a</answer>`
+        if not parse_reply(action).kind:
+            action = f"<search>{action}</search>"
+        return f"<think>{think}</think>\n{action}"
+
+    def expert_response(self, result: StepResult) -> str:
+        action = result.expert_action or f"<answer>{UNKNOWN}</answer>"
+        parsed = parse_reply(action)
+        if parsed.kind == "search":
+            think = "I need evidence, so I search for the question itself."
+        elif parsed.content == UNKNOWN:
+            think = "The retrieved passages do not contain the answer."
+        else:
+            think = f"The retrieved passages state the answer: {parsed.content}."
+        return self.format_response(think, action)
+
+    def random_response(self, result: StepResult, rng: random.Random) -> str:
+        """Searches three random words of the question or answers one of them, with equal odds: the floor."""
+        words = result.task.split() or [UNKNOWN]
+        if rng.random() < 0.5:
+            query = " ".join(rng.sample(words, min(3, len(words))))
+            return self.format_response("I search some words of the question.", f"<search>{query}</search>")
+        return self.format_response("I answer a word of the question.", f"<answer>{rng.choice(words)}</answer>")
+
+    # -- analysis and tokenizer -----------------------------------------------------------------------------------
+
+    def rules_skill(self, trajectory) -> tuple[str, str]:
+        from seedcli.envs.search.rules import rules_skill
+
+        return rules_skill(trajectory, self.category_name(getattr(trajectory, "category", "") or ""))
+
+    def sample_texts(self) -> list[str]:
+        try:
+            root = resolve_data_root(self.data_root)
+        except UserError:
+            return [build_prompt("Who wrote Hamlet?", [], self.history)]
+        return list(_sample_texts(str(root)))
+
+
+class SearchGame:
+    """One episode slot: a question, its searches and the answer. `expert` adds the expert's next action."""
+
+    def __init__(self, env: SearchEnv, expert: bool = False):
+        self.env = env
+        self.expert = expert
+        self.q: Question | None = None
+        self.last: StepResult | None = None
+        self.searches = 0
+
+    def reset(self, task: Task) -> StepResult:
+        self.q = self.env.question(task)
+        self.searches = 0
+        self.last = StepResult(
+            observation=self.q.question,
+            admissible=None,
+            won=False,
+            done=False,
+            task=self.q.question,
+            expert_action=f"<search>{self.q.question}</search>" if self.expert else None,
+            info={"data_source": self.q.data_source},
+        )
+        return self.last
+
+    def step(self, action: str) -> StepResult:
+        if self.q is None or self.last is None:
+            raise RuntimeError("step() before reset()")
+        if self.last.done:
+            return self.last
+        parsed = parse_reply(action)
+        q = self.q
+        info: dict[str, Any] = {"data_source": q.data_source, "searches": self.searches}
+        if parsed.kind == "answer":
+            em = exact_match(parsed.content, list(q.golden_answers))
+            info.update(answer=parsed.content, exact_match=em)
+            self.last = StepResult("", None, em == 1.0, True, q.question, None, em, em, info)
+            return self.last
+        if parsed.kind == "search":
+            hits = self.env.retriever().search([parsed.content], self.env.options.get("topk", TOPK))[0]
+            self.searches += 1
+            passages = passages_to_string(hits)
+            found = answer_in_text(list(q.golden_answers), passages)
+            info.update(query=parsed.content, searches=self.searches, doc_ids=[h["document"].get("id") for h in hits],
+                        answer_retrieved=found is not None)  # fmt: skip
+            expert_action = f"<answer>{found if found is not None else UNKNOWN}</answer>" if self.expert else None
+            self.last = StepResult(
+                information_text(hits), None, False, False, q.question, expert_action, 0.0, 0.0, info
+            )
+            return self.last
+        # no usable block: verl-agent's environment answers nothing and the episode goes on
+        self.last = StepResult("", None, False, False, q.question, self.last.expert_action, 0.0, 0.0, info)
+        return self.last
+
+    def close(self) -> None:
+        pass
+
+
+@lru_cache(maxsize=8)
+def _split_index(split: str, data_root: str | None) -> dict[str, Question]:
+    if split in SPLITS:
+        questions = load_split(split, data_root)
+    else:
+        questions = read_questions(split)
+    return {q.id: q for q in questions}
+
+
+@lru_cache(maxsize=2)
+def _sample_texts(root: str) -> tuple[str, ...]:
+    """Questions, answers, first and later prompts, and passages as the agent sees them (JSON-escaped)."""
+    import orjson
+
+    texts: list[str] = []
+    questions = load_split("train", root) + load_split("dev", root)
+    for q in questions:
+        texts.append(q.question)
+        texts.append(" ".join(f"<answer>{a}</answer>" for a in q.golden_answers))
+    corpus = Path(root) / "corpus.jsonl"
+    docs: list[dict] = []
+    if corpus.is_file():
+        with corpus.open("rb") as fh:
+            for i, line in enumerate(fh):
+                if i % 8 == 0:  # an eighth of the corpus is plenty of Wikipedia text for a tiny tokenizer
+                    docs.append({"document": orjson.loads(line), "score": 0.0})
+    for i in range(0, len(docs), 3):
+        hits = docs[i : i + 3]
+        q = questions[(i // 3) % len(questions)].question
+        info = information_text(hits)
+        if i % 30 == 0:
+            texts.append(build_prompt(q, [(f"<search>{q}</search>", info)], SearchEnv.history))
+        else:
+            texts.append(info)
+    texts.append(build_prompt(questions[0].question, [], SearchEnv.history))
+    return tuple(texts)

@@ -1,0 +1,123 @@
+"""The whole pipeline on WebShop through the CLI (subprocesses, CPU, tiny model built in code):
+collect → annotate (rules) → sft → rl (SDAR: WebShop's static skill library) → eval, then `seed runs` and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seedcli.artifacts import verify_run
+from seedcli.envs import get_env
+from seedcli.records import SkillRecord, Trajectory, read_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+WEBSHOP = get_env("webshop")
+
+
+def seed_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "seedcli", *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"seed {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def summary(proc: subprocess.CompletedProcess) -> dict:
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("webshop")
+    runs, model = tmp / "runs", tmp / "tiny"
+    seed_cli("model", "init", "--preset", "tiny", "--out", str(model))
+    common = ["-c", "webshop/tiny", "--runs-dir", str(runs), "--json"]
+    out = {"runs": runs}
+    collect = summary(seed_cli("collect", *common, "--model", str(model)))
+    out["collect"] = runs / "collect" / collect["run_id"]
+    annotate = summary(seed_cli("annotate", *common))
+    out["annotate"] = runs / "annotate" / annotate["run_id"]
+    sft = summary(seed_cli("sft", *common))
+    out["sft"] = runs / "sft" / sft["run_id"]
+    rl = summary(seed_cli("rl", *common, "--algo", "sdar"))
+    out["rl"] = runs / "rl" / rl["run_id"]
+    ev = summary(seed_cli("eval", *common, "--from", str(out["rl"]), "--limit", "5"))
+    out["eval"] = runs / "eval" / ev["run_id"]
+    return out
+
+
+def test_collect_plays_webshop_goals(pipeline):
+    manifest = verify_run(pipeline["collect"], "collect")
+    episodes = read_jsonl(pipeline["collect"] / "trajectories.jsonl", Trajectory)
+    assert len(episodes) == 10 and manifest.metrics["env"] == "webshop"
+    assert {e.category for e in episodes} == set(WEBSHOP.categories)  # 5 goals, one per category
+    for e in episodes:
+        assert e.env == "webshop" and e.prompt_version == WEBSHOP.prompt_version and 0.0 <= e.score <= 1.0
+        assert 1 <= e.length <= 4 and e.sampling["history"] == 2
+        for turn in e.turns:
+            assert WEBSHOP.task_line_prefix in turn.prompt and e.task in turn.prompt
+            assert turn.valid == WEBSHOP.parse_action(turn.response)[1]
+
+
+def test_annotate_describes_webshop_and_keeps_rules_skills(pipeline):
+    verify_run(pipeline["annotate"], "annotate")
+    records = read_jsonl(pipeline["annotate"] / "skills.jsonl", SkillRecord)
+    assert len(records) == 10 and all(r.env == "webshop" for r in records)
+    assert all(r.prompt.startswith(WEBSHOP.analysis_description) for r in records)
+    assert all("ALFRED" not in r.prompt for r in records)
+    assert sum(r.reason is None for r in records) >= 8  # the rules analyzer writes a usable rule for nearly all
+
+
+def test_sft_and_rl_train_on_webshop(pipeline):
+    sft = verify_run(pipeline["sft"], "sft")
+    assert (pipeline["sft"] / "model" / "config.json").exists() and sft.metrics
+    rl = verify_run(pipeline["rl"], "rl")
+    rows = [json.loads(line) for line in (pipeline["rl"] / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        # WebShop's reward convention: 10·won − 0.1·invalid; the static library has a skill for every category
+        assert r["reward/mean"] <= 10.0 and "reward/score_mean" in r
+        assert r["opd/valid_skill_frac"] == 1.0
+    assert rl.config["env"] == "webshop" and rl.config["advantage_norm"] == "mean"
+
+
+def test_eval_reports_score_and_success(pipeline):
+    verify_run(pipeline["eval"], "eval")
+    results = json.loads((pipeline["eval"] / "results.json").read_text())
+    assert results["env"] == "webshop" and results["split"] == "test" and results["partial"] is True
+    assert results["episodes"] == 5 and results["expected_games"] == 500
+    assert set(results["categories"]) >= set(WEBSHOP.categories)
+    assert 0.0 <= results["mean_score"] <= 1.0 and 0.0 <= results["micro_success"] <= 1.0
+    report = (pipeline["eval"] / "report.md").read_text()
+    assert "WebShop" in report and "Success by product category" in report and "| SEED (paper) |" in report
+    assert "ALFWorld" not in report
+    assert (pipeline["eval"] / "success_by_type.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_runs_lists_the_webshop_runs(pipeline):
+    out = seed_cli("runs", "--runs-dir", str(pipeline["runs"])).stdout
+    for stage in ("collect", "annotate", "sft", "rl", "eval"):
+        assert pipeline[stage].name[:16] in out
+    assert "env=webshop" in out
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["eval", "--env", "nowhere", "--policy", "expert"], "unknown environment 'nowhere'"),
+        (["eval", "--env", "webshop", "--split", "seen", "--policy", "expert"], "unknown webshop split"),
+        (["collect", "--env", "webshop", "--split", "train", "--model", "/nonexistent"], "/nonexistent"),
+    ],
+)
+def test_bad_input_is_one_line(args, needle, tmp_path):
+    proc = seed_cli(*args, "--runs-dir", str(tmp_path / "runs"), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert needle.lower() in proc.stderr.lower() and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
