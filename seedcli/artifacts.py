@@ -21,11 +21,12 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from seedcli import __version__
-from seedcli.config import StageConfig, to_yaml
+from seedcli.config import StageConfig, run_workdir, to_yaml
 from seedcli.errors import UserError
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+LOGGERS_STATE = ".loggers.json"  # the metric loggers' progress (seedcli.loggers.STATE_FILE)
 LOCK = "writer.lock"  # who writes the run now: {pid, host, started, proc_start, argv}; removed when the stage ends
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("collect", "annotate", "sft", "rl", "eval")
@@ -88,6 +89,9 @@ class Manifest(BaseModel):
     devices: list[str] = Field(default_factory=list)
     argv: list[str] = Field(default_factory=list)
     resumed: int = Field(0, description="how many times the run was resumed")
+    workdir: str | None = Field(
+        None, description="the directory the run was started from: relative paths in its config are relative to it"
+    )
 
 
 def utc_now() -> str:
@@ -380,6 +384,15 @@ def _runs_relative(run_dir: Path, runs_root: Path) -> str | None:
         return None
 
 
+def saved_path(run_dir: Path, manifest: Manifest, value: str) -> Path:
+    """A path from a run's saved config, as that run meant it: a relative one is relative to where the run started."""
+    path = Path(value)
+    if path.is_absolute():
+        return path
+    workdir = run_workdir(run_dir, manifest.config)
+    return workdir / path if workdir is not None else path
+
+
 def point_latest(run_dir: Path) -> None:
     """runs/<stage>/latest → this run, replaced atomically."""
     link = run_dir.parent / "latest"
@@ -417,7 +430,7 @@ def _data_written(path: Path) -> bool:
     for f in path.rglob("*"):
         if f.relative_to(path).parts[0] in ("tensorboard", "wandb"):  # the loggers' own files, made at start
             continue
-        if f.is_file() and f.name not in (MANIFEST, "config.yaml", LOCK) and f.stat().st_size > 0:
+        if f.is_file() and f.name not in (MANIFEST, "config.yaml", LOCK, LOGGERS_STATE) and f.stat().st_size > 0:
             return True
     return False
 
@@ -489,6 +502,7 @@ def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Ite
             seed=cfg.seed,
             devices=devices(),
             argv=argv if argv is not None else sys.argv,
+            workdir=os.getcwd(),
         )
         run = Run(path, manifest)
         atomic_write_text(path / "config.yaml", to_yaml(cfg))

@@ -220,11 +220,15 @@ def _lazy(module: str) -> Callable[[Any], Any]:
     return run
 
 
-stage_command("collect", _lazy("collect"), "The policy plays an environment's tasks; every episode becomes a trajectory.")
+stage_command(
+    "collect", _lazy("collect"), "The policy plays an environment's tasks; every episode becomes a trajectory."
+)
 stage_command("annotate", _lazy("annotate"), "An analyzer turns each trajectory into a hindsight skill.")
 stage_command("sft", _lazy("sft"), "Fine-tune the policy to write hindsight skills (TRL + PEFT).")
 stage_command("rl", _lazy("rl"), "GRPO + self-evolving on-policy distillation.")
-stage_command("eval", _lazy("eval"), "The environment's metrics per category on an evaluation split (ALFWorld seen / unseen).")
+stage_command(
+    "eval", _lazy("eval"), "The environment's metrics per category on an evaluation split (ALFWorld seen / unseen)."
+)
 
 
 @model_app.command("init")

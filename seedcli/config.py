@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -43,8 +44,15 @@ class StageConfig(BaseModel):
 
     def hashed(self) -> dict:
         """The part of the config that decides what the run computes."""
-        skip = {name for name, f in type(self).model_fields.items() if (f.json_schema_extra or {}).get("hash") is False}
-        return {k: v for k, v in self.model_dump(mode="json").items() if k not in skip}
+        fields = type(self).model_fields
+        skip = {name for name, f in fields.items() if (f.json_schema_extra or {}).get("hash") is False}
+        # fields added later count only when set, so the hashes of configs that do not use them stay as they were
+        if_set = {name for name, f in fields.items() if (f.json_schema_extra or {}).get("hash") == "if_set"}
+        return {
+            k: v
+            for k, v in self.model_dump(mode="json").items()
+            if k not in skip and not (k in if_set and v in (None, {}, []))
+        }
 
     def config_hash(self) -> str:
         blob = orjson.dumps(self.hashed(), option=orjson.OPT_SORT_KEYS)
@@ -62,8 +70,12 @@ def _env_defaults(cls: type, data: dict) -> dict:
         env = env_class(data.get("env", "alfworld"))
     except UserError:
         return data  # the env field's validator reports it
-    defaults = {"max_steps": env.max_steps, "history": env.history, "val_split": env.val_split,
-                "advantage_norm": env.advantage_norm}
+    defaults = {
+        "max_steps": env.max_steps,
+        "history": env.history,
+        "val_split": env.val_split,
+        "advantage_norm": env.advantage_norm,
+    }
     defaults["split"] = env.eval_splits[0] if cls.__name__ == "EvalConfig" else env.train_split
     out = dict(data)
     for key, value in defaults.items():
@@ -77,7 +89,9 @@ class RolloutConfig(StageConfig):
 
     env: str = Field("alfworld", description="environment: alfworld | webshop | search (`seed envs` lists them)")
     env_options: dict[str, Any] = Field(
-        default_factory=dict, description="environment-specific options (search: corpus, search_url)"
+        default_factory=dict,
+        description="environment-specific options (search: corpus, search_url)",
+        json_schema_extra={"hash": "if_set"},
     )
     data_root: str | None = Field(
         None, description="environment data root; default $ALFWORLD_DATA / $WEBSHOP_DATA / ... or ../shared/<env>"
@@ -287,7 +301,9 @@ class EvalConfig(RolloutConfig):
         None, ge=1, description="evaluate only N games (search: N per data source); the result is marked partial"
     )
     datasets: list[str] | None = Field(
-        None, description="evaluate only these categories, comma-separated (search: data sources, e.g. nq,bamboogle)"
+        None,
+        description="evaluate only these categories, comma-separated (search: data sources, e.g. nq,bamboogle)",
+        json_schema_extra={"hash": "if_set"},
     )
 
     @field_validator("datasets", mode="before")
@@ -408,6 +424,27 @@ def saved_config(run_dir: Path) -> dict:
     raise UserError(f"--resume {run_dir}: no config.yaml or manifest.json; pass a run directory under runs/<stage>/")
 
 
+def run_workdir(run_dir: Path, saved: dict | None = None) -> Path | None:
+    """The directory a run was started from (relative paths in its config are relative to it): the manifest's
+    `workdir`, else worked out from a relative runs_dir as `<workdir>/<runs_dir>/<stage>/<run id>`; None if unknown."""
+    run_dir = Path(run_dir)
+    try:
+        recorded = orjson.loads((run_dir / "manifest.json").read_bytes()).get("workdir")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        recorded = None
+    if recorded and Path(recorded).is_dir():
+        return Path(recorded)
+    # not recorded (older runs), or gone (the project moved, runs and all): where a relative runs_dir puts it
+    runs_dir = (saved if saved is not None else saved_config(run_dir)).get("runs_dir") or "runs"
+    parts = Path(str(runs_dir)).parts
+    root = run_dir.absolute().parent.parent
+    if not parts:  # runs_dir "."
+        return root
+    if Path(str(runs_dir)).is_absolute() or ".." in parts or root.parts[-len(parts) :] != parts:
+        return None
+    return Path(*root.parts[: -len(parts)])
+
+
 def _resume_values(stage: str, run_dir: Path, given: dict[str, Any], source: str) -> dict[str, Any]:
     """`--resume DIR`: the run's saved config, with the options given again checked against it. Options that do not
     change what the run computes (workers, batch sizes, device) may differ; any other difference is refused."""
@@ -435,9 +472,15 @@ def _resume_values(stage: str, run_dir: Path, given: dict[str, Any], source: str
             f"`seed {stage} --resume {run_dir}` reads {run_dir / 'config.yaml'} — or start a new run without --resume"
         )
     values = {**saved, **given}
-    if "runs_dir" not in given:
-        values["runs_dir"] = str(run_dir.parent.parent)  # the run's own runs root, wherever it was made from
-    values["resume"] = str(run_dir)
+    # the run's own runs root, wherever it was made from; absolute, as the working directory may change below
+    values["runs_dir"] = str(Path(given.get("runs_dir") or run_dir.parent.parent).absolute())
+    values["resume"] = str(run_dir.absolute())
+    # continue in the directory the run was started from, so every relative path in its saved config (model,
+    # from_run, data_root, static:FILE, ...) means what it meant then, whichever directory `--resume` is typed in;
+    # the config, and so its hash, stay exactly as saved
+    workdir = run_workdir(run_dir, saved_config(run_dir))
+    if workdir is not None and workdir.is_dir() and workdir.resolve() != Path.cwd().resolve():
+        os.chdir(workdir)
     return values
 
 
@@ -448,7 +491,8 @@ def build_config(
     overrides: list[str] | None = None,
 ) -> StageConfig:
     """Resolve a stage config; a bad key or value is a one-line UserError naming the field and the source.
-    With `resume=DIR` the run's saved config is the base, and options given again must agree with it."""
+    With `resume=DIR` the run's saved config is the base, options given again must agree with it, and the process
+    moves to the directory the run was started from (its relative paths resolve as they did then)."""
     cls = STAGE_CONFIGS[stage]
     values: dict[str, Any] = {}
     source = "defaults"

@@ -18,11 +18,12 @@ from typing import Protocol
 
 import orjson
 
+from seedcli.artifacts import atomic_write_bytes
 from seedcli.errors import UserError
 
 LOGGERS = ("jsonl", "tensorboard", "wandb")
 METRICS_FILE = "metrics.jsonl"
-STATE_FILE = ".loggers.json"  # {logger set: {metric: last step forwarded}}; survives a resume
+STATE_FILE = ".loggers.json"  # {logger: {metric: last step forwarded}}; survives a resume
 INSTALL = {
     "tensorboard": "pip install 'seedcli[tensorboard]' (or pip install tensorboard)",
     "wandb": "pip install 'seedcli[wandb]' (or pip install wandb)",
@@ -152,8 +153,6 @@ class MetricsMirror:
         return {k: v for k, v in state.items() if isinstance(v, dict)} if isinstance(state, dict) else {}
 
     def _save_state(self) -> None:
-        from seedcli.artifacts import atomic_write_bytes  # artifacts imports this module
-
         atomic_write_bytes(self.state_path, orjson.dumps({**self._load_state(), **self.sent}))
 
     def start(self) -> MetricsMirror:
@@ -214,10 +213,10 @@ class MetricsMirror:
 
 def start_mirror(run_dir: Path, names: list[str], run_id: str, stage: str, config: dict) -> MetricsMirror | None:
     """The mirror for the asked-for loggers beyond jsonl, started; None when only jsonl is asked for."""
-    sinks: list[Sink] = []
+    sinks: dict[str, Sink] = {}
     for name in names:
         if name == "tensorboard":
-            sinks.append(TensorBoardSink(run_dir))
+            sinks[name] = TensorBoardSink(run_dir)
         elif name == "wandb":
-            sinks.append(WandbSink(run_dir, run_id, stage, config))
-    return MetricsMirror(run_dir, sinks, names=[n for n in names if n != "jsonl"]).start() if sinks else None
+            sinks[name] = WandbSink(run_dir, run_id, stage, config)
+    return MetricsMirror(run_dir, sinks).start() if sinks else None

@@ -164,9 +164,21 @@ def summarize_episodes(
         "invalid_turns": invalid,
         "invalid_action_rate": _ratio(invalid, turns),
         "tokens_generated": sum(len(turn.response_ids) for ep in episodes for turn in ep.turns),
+        **_action_counts(episodes, cls),
         "wall_time_s": round(float(wall_time_s), 3),
         "agent": agent,
     }
+
+
+def _action_counts(episodes: list[Trajectory], env: type[Environment]) -> dict:
+    """{"per_episode": {label: mean count}} of the actions the environment counts (search calls); {} for none."""
+    if not env.counted_actions:
+        return {}
+    counts = {
+        label: _ratio(sum(t.action.startswith(prefix) for ep in episodes for t in ep.turns), len(episodes))
+        for label, prefix in env.counted_actions.items()
+    }
+    return {"per_episode": counts}
 
 
 def load_results(run: str | Path) -> dict:
@@ -275,6 +287,10 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
     split = results["split"]
     cats = results["categories"]
     with_score = any(k.endswith("_score") for k in env.metric_labels)
+    # an environment that reports no success (search: exact match) shows its score alone, under its own name
+    with_success = any(k.endswith("_success") for k in env.metric_labels)
+    score_name = "Score" if with_success else _metric_label(next(iter(env.metric_labels)), env).split(" (")[0]
+    score_name = score_name[:1].upper() + score_name[1:]
     noun = env.category_label
     lines = [f"# {title}", ""]
     lines.append(
@@ -286,30 +302,37 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
     warn = partial_line(results)
     if warn:
         lines += ["", f"> **{warn}.**"]
-    score_head, score_rule = (" Score |", "--:|") if with_score else ("", "")
+    score_head, score_rule = (f" {score_name} |", "--:|") if with_score else ("", "")
+    success_head, success_rule = (" Success |", "--:|") if with_success or not with_score else ("", "")
     lines += [
         "",
-        f"## Success by {noun}",
+        f"## {'Success' if with_success or not with_score else score_name} by {noun}",
         "",
-        f"| {noun.capitalize()} | {_plural(env.task_noun).capitalize()} | Wins | Success |{score_head}",
-        f"|---|--:|--:|--:|{score_rule}",
+        f"| {noun.capitalize()} | {_plural(env.task_noun).capitalize()} | Wins |{success_head}{score_head}",
+        f"|---|--:|--:|{success_rule}{score_rule}",
     ]
     for t, row in cats.items():
+        if not row["games"]:  # a category this run had no tasks of (a partial run, --datasets, another split)
+            continue
         score = f" {_num(None if row.get('mean_score') is None else 100 * row['mean_score'])} |" if with_score else ""
-        lines.append(f"| {type_name(t, env)} | {row['games']} | {row['wins']} | {_pct(row['success_rate'])} |{score}")
+        success = f" {_pct(row['success_rate'])} |" if success_head else ""
+        lines.append(f"| {type_name(t, env)} | {row['games']} | {row['wins']} |{success}{score}")
     macro_score = f" {_metric_cell(results, 'macro_score')} |" if with_score else ""
     micro_score = f" {_metric_cell(results, 'mean_score')} |" if with_score else ""
-    lines.append(f"| **Macro average** | | | **{_pct(results['macro_success'])}** |{macro_score}")
+    macro_success = f" **{_pct(results['macro_success'])}** |" if success_head else ""
+    micro_success = f" {_pct(results.get('micro_success'))} |" if success_head else ""
+    if not success_head:
+        macro_score = f" **{_metric_cell(results, 'macro_score')}** |"
+    lines.append(f"| **Macro average** | | |{macro_success}{macro_score}")
     lines.append(
-        f"| Micro average | {results.get('episodes', 0)} | {results.get('wins', '—')} | "
-        f"{_pct(results.get('micro_success'))} |{micro_score}"
+        f"| Micro average | {results.get('episodes', 0)} | {results.get('wins', '—')} |{micro_success}{micro_score}"
     )
     headline = next(iter(env.metric_labels))
     lines += [
         "",
         f"Macro = mean over the {results.get('macro_types', '?')} {_plural(noun)} that had {_plural(env.task_noun)}; "
         f"micro = all {_plural(env.task_noun)} pooled"
-        + ("; score = mean reward in [0, 100]" if with_score else "")
+        + (f"; {score_name.lower()} = mean reward in [0, 100]" if with_score else "")
         + f". Headline: {_metric_label(headline, env)}.",
     ]
 
@@ -341,6 +364,7 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
         "## Episodes",
         "",
         f"- Mean episode length: {_num(results.get('mean_episode_length'))} steps",
+        *(f"- Mean {label} per episode: {_num(v, '{:.2f}')}" for label, v in results.get("per_episode", {}).items()),
         f"- Invalid-action rate: {_pct(results.get('invalid_action_rate'))}{counts}",
         f"- Tokens generated: {results.get('tokens_generated', 0):,}",
         f"- Wall time: {_duration(results.get('wall_time_s'))}",
@@ -440,9 +464,9 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
     """Bar chart of success per category plus the macro average (and score bars for environments that report a
     score); the title says so when the result is partial."""
     env = _env_of(results)
-    fig = _new_figure(max(8, 0.6 * len(results["categories"])), 4.2)
+    types = [t for t, row in results["categories"].items() if row["games"]]  # no bars for categories not played
+    fig = _new_figure(max(8, 0.6 * len(types)), 4.2)
     ax = fig.add_subplot()
-    types = list(results["categories"])
     names = [type_name(t, env) for t in types] + ["Macro"]
     rates = [results["categories"][t]["success_rate"] for t in types] + [results["macro_success"]]
     colors = ["#4C72B0"] * len(types) + ["#DD8452"]
@@ -460,7 +484,8 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
             xytext=(0, 2),
             textcoords="offset points",
         )
-    if "mean_score" in env.metric_labels:
+    with_success = any(k.endswith("_success") for k in env.metric_labels)
+    if "mean_score" in env.metric_labels and with_success:
         scores = [results["categories"][t].get("mean_score") for t in types] + [results.get("macro_score")]
         ax.plot(
             range(len(names)),
@@ -471,12 +496,15 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
         )
         ax.legend(fontsize=8, loc="upper right")
     _percent_axis(ax)
-    ax.set_ylabel("success rate")
+    # success and score are one number where the env reports no success (search: exact match, 0 or 1)
+    measure = "success" if with_success else _metric_label(next(iter(env.metric_labels)), env).split(" (")[0]
+    ax.set_ylabel(measure if with_success else measure + " (= success)")
     if len(names) > 8:
         ax.tick_params(axis="x", labelrotation=45, labelsize=7)
-    title = f"{env.title}: success by {env.category_label} — {results['split']}"
+    title = f"{env.title}: {measure} by {env.category_label} — {results['split']}"
     if partial_line(results):
-        title += f"\nPARTIAL: {results.get('episodes', 0)} of {results.get('expected_games', '?')} games"
+        played = f"{results.get('episodes', 0)} of {results.get('expected_games', '?')} {_plural(env.task_noun)}"
+        title += f"\nPARTIAL: {played}"
     ax.set_title(title)
     return _save_png(fig, path)
 

@@ -120,6 +120,7 @@ class Environment(ABC):
     analysis_description: ClassVar[str]  # first sentence of the analysis prompt: who the analyst is, what it reads
     rules_version: ClassVar[str] = "rules-v1"  # version of rules_skill's text (annotate's cache key); bump on change
     limit_per_category: ClassVar[bool] = False  # `seed eval --limit N`: N per category (True) or N in all, balanced
+    counted_actions: ClassVar[dict[str, str]] = {}  # label -> action prefix; eval reports their mean per episode
     expert_modes: ClassVar[tuple[Any, ...]] = (False, True)
 
     def __init__(self, data_root: str | None = None, **options: Any):

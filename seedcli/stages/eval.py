@@ -1,6 +1,7 @@
 """`seed eval`: play every task of an evaluation split once, with the ordinary agent prompt only (never a skill),
 and report the environment's metrics per category beside the paper's numbers. ALFWorld: valid_seen (140) or
-valid_unseen (134), success per task type and its macro-average; WebShop: test goals 0-499, score and success.
+valid_unseen (134), success per task type and its macro-average; WebShop: test goals 0-499, score and success;
+search: exact match per data source and their average (`--datasets nq,bamboogle` chooses sources).
 
 One GPU:
     seed eval --split unseen --from runs/rl/<id> --engine vllm
@@ -11,6 +12,7 @@ Check the harness (ALFWorld: must be 134/134 and 140/140; WebShop: the ceiling o
     seed eval --split seen --policy random
 Quick partial look on CPU (marked partial everywhere):
     seed eval --split seen --model /tmp/m --limit 12
+    seed eval --env search --split test --datasets nq,bamboogle --limit 20 --policy expert   # 20 per data source
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from seedcli.artifacts import Manifest, atomic_write_text, open_run, read_manifest, resolve_input
+from seedcli.artifacts import Manifest, atomic_write_text, open_run, read_manifest, resolve_input, saved_path
 from seedcli.config import SFTConfig
 from seedcli.errors import UserError
 from seedcli.records import JsonlWriter, SkillRecord, Trajectory, iter_jsonl, read_jsonl, write_jsonl
@@ -51,16 +51,20 @@ LAUNCH_FILE = "launch.json"  # what the torchrun workers need: the config, the b
 # ------------------------------------------------------------------------------------------------------ inputs
 
 
-def _collect_run(annotate_manifest: Manifest) -> Path | None:
-    """The collect run the annotate run read, when it is still on disk."""
+def _collect_run(annotate_manifest: Manifest, annotate_dir: Path, runs_dir: str) -> Path | None:
+    """The collect run the annotate run read, when it is still on disk: at its recorded path, or under the runs root
+    (this run's, or the annotate run's own after the runs tree moved)."""
     for ref in annotate_manifest.inputs:
-        if ref.stage == "collect" and (Path(ref.path) / "manifest.json").exists():
-            return Path(ref.path)
+        if ref.stage != "collect":
+            continue
+        for root in (runs_dir, Path(annotate_dir).absolute().parent.parent):
+            if (found := ref.locate(root)) is not None:
+                return found
     return None
 
 
-def _base_model(cfg: SFTConfig, annotate_dir: Path, collect_dir: Path | None) -> Path:
-    """--model, or the policy the collect run played with."""
+def _base_model(cfg: SFTConfig, annotate_dir: Path, collect_dir: Path | None) -> tuple[Path, str]:
+    """--model, or the policy the collect run played with: (where it is now, the value for this run's config)."""
     model = cfg.model
     if not model:
         if collect_dir is None:
@@ -68,16 +72,21 @@ def _base_model(cfg: SFTConfig, annotate_dir: Path, collect_dir: Path | None) ->
                 f"no --model given and the collect run that annotate run {annotate_dir} read is not on disk; "
                 "pass --model DIR (the base policy, Hugging Face format)"
             )
-        model = read_manifest(collect_dir).config.get("model")
+        collect_manifest = read_manifest(collect_dir)
+        model = collect_manifest.config.get("model")
         if not model:
             raise UserError(f"no --model given and collect run {collect_dir} records no model; pass --model DIR")
-    path = Path(model)
+        recorded = str(Path(model))  # the config (and its hash) keep it as recorded, whatever the working directory
+        # found as the collect run meant it: relative to the directory that run was started from
+        path = saved_path(collect_dir, collect_manifest, model)
+    else:
+        recorded, path = str(Path(model)), Path(model)
     if not (path / "config.json").exists():
         raise UserError(
             f"--model {path}: not a Hugging Face model directory (no config.json); "
             f"build a tiny one with `seed model init --preset tiny --out {path}`"
         )
-    return path
+    return path, recorded
 
 
 def _load_tokenizer(base: Path) -> Any:
@@ -482,10 +491,10 @@ def _summary(run_dir: Path) -> dict[str, Any]:
 def run(cfg: SFTConfig) -> Manifest:
     """Fine-tune (see the module docstring); returns the completed manifest. With `show_samples`, print and exit."""
     annotate_dir, annotate_manifest = resolve_input("annotate", cfg.from_run, cfg.runs_dir)
-    collect_dir = _collect_run(annotate_manifest)
-    base = _base_model(cfg, annotate_dir, collect_dir)
+    collect_dir = _collect_run(annotate_manifest, annotate_dir, cfg.runs_dir)
+    base, model_value = _base_model(cfg, annotate_dir, collect_dir)
     max_length = _effective_max_length(cfg, base)
-    cfg = cfg.model_copy(update={"from_run": str(annotate_dir), "model": str(base), "max_length": max_length})
+    cfg = cfg.model_copy(update={"from_run": str(annotate_dir), "model": model_value, "max_length": max_length})
     tokenizer = _load_tokenizer(base)
     records = _read_skills(annotate_dir)
 

@@ -69,6 +69,7 @@ class SearchEnv(Environment):
     category_aliases = {"2wikimultihopqa": "2wiki", "natural_questions": "nq", "hotpot": "hotpotqa"}
     category_label = "data source"
     task_noun = "question"
+    counted_actions = {"search calls": "<search>"}  # the game searches whatever action parses as a search
     limit_per_category = True  # `seed eval --limit N`: N questions of each data source (Search-R1's practice)
     metric_labels = {
         "macro_score": "exact match (average over data sources)",
