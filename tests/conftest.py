@@ -36,3 +36,15 @@ def alfworld_root() -> Path:
         return resolve_data_root()
     except UserError as e:
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def shop():
+    """WebShop's products and goals from ../shared/webshop (or $WEBSHOP_DATA); skips when there are none."""
+    from seedcli.envs.webshop.data import load_shop
+    from seedcli.errors import UserError
+
+    try:
+        return load_shop()
+    except UserError as e:
+        pytest.skip(str(e))

@@ -46,7 +46,7 @@ def _fused(name: str) -> tuple[str, str | None]:
 
 def checksum_names(num_layers: int, tied: bool, linear: bool = True) -> list[str]:
     """The weights checked after each refresh: the embedding (every token), the first layer's attention and the
-    last layer's MLP (both ends of the stack), the final norm and an untied lm_head. `linear=False` keeps to weights
+    last layer's MLP (both ends of the stack), the final norm and the lm_head. `linear=False` keeps to weights
     every back end stores unchanged (vLLM's CPU backend repacks linear layers for its GEMM kernels)."""
     last = num_layers - 1
     names = ["model.embed_tokens.weight", "model.norm.weight", f"model.layers.{last}.post_attention_layernorm.weight"]
@@ -59,8 +59,9 @@ def checksum_names(num_layers: int, tied: bool, linear: bool = True) -> list[str
         ]
     else:
         names += ["model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.v_proj.bias"]
-    if not tied:
-        names.append("lm_head.weight")
+    # a tied lm_head is checked too where the engine keeps its own copy (vLLM CPU); where it shares the embedding's
+    # parameter (vLLM on GPU), the engine does not list it and it is compared through the embedding
+    names.append("lm_head.weight")
     return names
 
 

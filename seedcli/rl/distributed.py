@@ -244,21 +244,28 @@ def iter_full_params(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) of every parameter and buffer of the state dict, one at a time, cast to `dtype`: under
     FSDP each DTensor is gathered when the consumer asks for it, so at most one full parameter exists at a time
-    (a collective: every rank must consume the whole stream in the same order). Names in `skip` are not yielded
-    (a tied lm_head, which the engine re-ties itself) but still walked in order."""
+    (a collective: every rank must consume the whole stream in the same order). A tensor that appears under two
+    names (a tied lm_head) is gathered once and yielded under both. Names in `skip` are not yielded."""
     from torch.distributed.tensor import DTensor
 
+    last: tuple[int, torch.Tensor] | None = None  # (id of the sharded tensor, its gathered and cast value)
     for name, value in module.state_dict().items():
         if name in skip:
             continue
+        if last is not None and last[0] == id(value):
+            yield name, last[1]
+            continue
+        key = id(value)
         if isinstance(value, DTensor):
             value = value.full_tensor()
         value = value.detach()
-        yield name, (value.to(dtype) if dtype is not None and value.is_floating_point() else value)
+        value = value.to(dtype) if dtype is not None and value.is_floating_point() else value
+        last = (key, value)
+        yield name, value
 
 
 def tied_names(lm: torch.nn.Module) -> list[str]:
-    """State-dict names that a tied-embedding model need not send (lm_head.weight when tie_word_embeddings)."""
+    """State-dict names that share another name's tensor (lm_head.weight when tie_word_embeddings)."""
     cfg = getattr(lm, "config", None)
     return ["lm_head.weight"] if getattr(cfg, "tie_word_embeddings", False) else []
 

@@ -681,8 +681,12 @@ def _release_cuda_cache(info) -> None:
 
 def refresh_engine(ctx: _Context, step: int) -> dict[str, float]:
     """Wake the engine's weights, stream the new weights into it one parameter at a time (gathered under FSDP, cast
-    to the engine's dtype, a tied lm_head skipped), release the cache, wake the KV cache, then prove the refresh:
-    exact checksums of some of the engine's own tensors against the trainer's, and the probe."""
+    to the engine's dtype), release the cache, wake the KV cache, then prove the refresh: exact checksums of some of
+    the engine's own tensors against the trainer's, and the probe.
+
+    A tied lm_head is sent too (its tensor is the embedding's, gathered once): vLLM 0.32's layerwise reload treats
+    lm_head as a layer of its own, and one that receives no weight is restored from its pre-reload copy ("Failed to
+    load weights"), so skipping it leaves a stale output layer."""
     from seedcli.engines.checksum import trainer_checksums
     from seedcli.rl import distributed as D
 
@@ -696,7 +700,7 @@ def refresh_engine(ctx: _Context, step: int) -> dict[str, float]:
         wanted = set(ctx.checksum_names)
 
         def stream():
-            for name, tensor in D.iter_full_params(ctx.lm, dtype=dtype, skip=D.tied_names(ctx.lm)):
+            for name, tensor in D.iter_full_params(ctx.lm, dtype=dtype):
                 if name in wanted:
                     trainer_sums.update(trainer_checksums([(name, tensor)], [name], dtype))
                 sent[1] += 1

@@ -71,7 +71,7 @@ SCRIPT = textwrap.dedent(
         step()
         sent = []
         def stream():
-            for name, t in D.iter_full_params(lm, dtype=dtype, skip=D.tied_names(lm)):
+            for name, t in D.iter_full_params(lm, dtype=dtype):
                 sent.append(name)
                 yield name, t
         engine.update_weights(stream())
@@ -114,13 +114,13 @@ def test_streamed_refresh_is_proven_exactly_and_a_skipped_one_is_caught(tmp_path
         model = build_stopping_model(model, tmp_path / "untied")
     r = _run(tmp_path, model)
     assert r["start"][1] is None and r["start"][0]["sync/checksum_tensors"] >= 3
-    # a tied lm_head is not sent (vLLM re-ties it); an untied one is, and is checksummed
-    assert ("lm_head.weight" in r["sent"]) is (not tied)
-    assert ("lm_head.weight" in r["names"]) is (not tied)
-    assert "model.embed_tokens.weight" in r["sent"]
+    # lm_head is sent tied or not: vLLM's layerwise reload restores a layer that gets no weight from its old copy
+    assert "lm_head.weight" in r["sent"] and "model.embed_tokens.weight" in r["sent"]
     # the refresh after one lr-1e-6 step is verified on every checksummed tensor
     assert r["after_refresh"][1] is None
-    assert r["after_refresh"][0]["sync/checksum_tensors"] == len(r["names"])
+    assert r["after_refresh"][0]["sync/checksum_tensors"] >= 4
+    # the whole model was refreshed, repacked layers and the output layer included: fp32 engine = trainer
+    assert r["probe_after_refresh"] < 1e-4
     # a skipped refresh is caught by the checksum, with a one-line message naming the tensors
     assert r["changed_params"] > 0
     assert r["stale"][0] is None and "differ from the trainer's" in r["stale"][1]

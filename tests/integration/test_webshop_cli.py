@@ -71,7 +71,8 @@ def test_annotate_describes_webshop_and_keeps_rules_skills(pipeline):
     records = read_jsonl(pipeline["annotate"] / "skills.jsonl", SkillRecord)
     assert len(records) == 10 and all(r.env == "webshop" for r in records)
     assert all(r.prompt.startswith(WEBSHOP.analysis_description) for r in records)
-    assert all("ALFRED" not in r.prompt for r in records)
+    # the prompt's own text never mentions ALFWorld (a random model's responses inside the episode may say anything)
+    assert all("ALFRED" not in r.prompt.split("Episode:")[0] + r.prompt.rsplit("Write the skill", 1)[-1] for r in records)
     assert sum(r.reason is None for r in records) >= 8  # the rules analyzer writes a usable rule for nearly all
 
 

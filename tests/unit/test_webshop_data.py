@@ -18,14 +18,6 @@ from seedcli.envs.webshop.data import (
 from seedcli.errors import UserError
 
 
-@pytest.fixture(scope="module")
-def shop():
-    try:
-        return load_shop()
-    except UserError as err:
-        pytest.skip(str(err))
-
-
 def test_pricing_strings_parse_as_webshop_does():
     assert parse_pricing("$19.99$27.99") == ([19.99, 27.99], "$19.99 to $27.99")
     assert parse_pricing("$1,847.00") == ([1847.0], "$1847.0")

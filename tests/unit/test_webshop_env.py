@@ -8,19 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from seedcli.envs.base import Task
-from seedcli.envs.webshop.data import load_shop
 from seedcli.envs.webshop.engine import WebShopSession
 from seedcli.envs.webshop.env import WebShopEnv, format_observation, project_action
 from seedcli.envs.webshop.expert import expert_action
 from seedcli.errors import UserError
-
-
-@pytest.fixture(scope="module")
-def shop():
-    try:
-        return load_shop()
-    except UserError as err:
-        pytest.skip(str(err))
 
 
 @pytest.fixture(scope="module")

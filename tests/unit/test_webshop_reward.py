@@ -9,19 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from seedcli.envs.webshop.data import load_shop
 from seedcli.envs.webshop.reward import get_reward, normalize_color, title_nouns
-from seedcli.errors import UserError
 
 GOAL_OPTIONS = {"color": "coal grey", "size": "36w x 32l"}
-
-
-@pytest.fixture(scope="module")
-def shop():
-    try:
-        return load_shop()
-    except UserError as err:
-        pytest.skip(str(err))
 
 
 @pytest.fixture(scope="module")
