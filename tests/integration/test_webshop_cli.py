@@ -4,9 +4,6 @@ collect → annotate (rules) → sft → rl (SDAR: WebShop's static skill librar
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,43 +11,14 @@ import pytest
 from seedcli.artifacts import verify_run
 from seedcli.envs import get_env
 from seedcli.records import SkillRecord, Trajectory, read_jsonl
+from tests.helpers_cli import run_pipeline, seed_cli
 
-REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 WEBSHOP = get_env("webshop")
-
-
-def seed_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "seedcli", *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"seed {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return proc
-
-
-def summary(proc: subprocess.CompletedProcess) -> dict:
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("webshop")
-    runs, model = tmp / "runs", tmp / "tiny"
-    seed_cli("model", "init", "--preset", "tiny", "--out", str(model))
-    common = ["-c", "webshop/tiny", "--runs-dir", str(runs), "--json"]
-    out = {"runs": runs}
-    collect = summary(seed_cli("collect", *common, "--model", str(model)))
-    out["collect"] = runs / "collect" / collect["run_id"]
-    annotate = summary(seed_cli("annotate", *common))
-    out["annotate"] = runs / "annotate" / annotate["run_id"]
-    sft = summary(seed_cli("sft", *common))
-    out["sft"] = runs / "sft" / sft["run_id"]
-    rl = summary(seed_cli("rl", *common, "--algo", "sdar"))
-    out["rl"] = runs / "rl" / rl["run_id"]
-    ev = summary(seed_cli("eval", *common, "--from", str(out["rl"]), "--limit", "5"))
-    out["eval"] = runs / "eval" / ev["run_id"]
-    return out
+    return run_pipeline(tmp_path_factory.mktemp("webshop"), "webshop/tiny")
 
 
 def test_collect_plays_webshop_goals(pipeline):

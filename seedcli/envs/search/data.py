@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,13 +66,8 @@ def default_corpus(data_root: str | os.PathLike | None = None) -> Path:
     return resolve_data_root(data_root) / CORPUS_FILE
 
 
-def read_questions(path: str | os.PathLike) -> list[Question]:
-    """Read a question JSONL; a missing field or a bad line is a one-line error naming file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"question file {path} not found; give a JSONL with id, question, golden_answers, data_source")
-    questions: list[Question] = []
-    seen: set[str] = set()
+def iter_json_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each non-empty line of a JSONL file; a bad line is a one-line error."""
     with path.open("rb") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -82,10 +78,21 @@ def read_questions(path: str | os.PathLike) -> list[Question]:
                 raise UserError(f"{path}:{lineno}: not valid JSON ({exc}); fix or remove the line") from None
             if not isinstance(rec, dict):
                 raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            questions.append(_to_question(rec, path, lineno))
-            if questions[-1].id in seen:
-                raise UserError(f"{path}:{lineno}: duplicate id '{questions[-1].id}'; ids must be unique in a split")
-            seen.add(questions[-1].id)
+            yield lineno, rec
+
+
+def read_questions(path: str | os.PathLike) -> list[Question]:
+    """Read a question JSONL; a missing field or a bad line is a one-line error naming file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"question file {path} not found; give a JSONL with id, question, golden_answers, data_source")
+    questions: list[Question] = []
+    seen: set[str] = set()
+    for lineno, rec in iter_json_objects(path):
+        questions.append(_to_question(rec, path, lineno))
+        if questions[-1].id in seen:
+            raise UserError(f"{path}:{lineno}: duplicate id '{questions[-1].id}'; ids must be unique in a split")
+        seen.add(questions[-1].id)
     if not questions:
         raise UserError(f"question file {path} is empty; it needs one JSON question per line")
     return questions

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from seedcli.envs.search.data import iter_json_objects
 from seedcli.errors import UserError
 
 TOPK = 3  # Search-R1 and verl-agent show the top 3 passages
@@ -50,17 +51,10 @@ def load_corpus(path: str | os.PathLike) -> list[dict[str, str]]:
     if not path.is_file():
         raise UserError(f'corpus {path} not found; give a JSONL of {{"id", "contents"}} passages (env.corpus)')
     docs: list[dict[str, str]] = []
-    with path.open("rb") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise UserError(f"{path}:{lineno}: not valid JSON ({exc}); fix or remove the line") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("contents"), str):
-                raise UserError(f"{path}:{lineno}: a passage needs a string field 'contents' (wiki-18 format)")
-            docs.append({"id": str(rec.get("id", len(docs))), "contents": rec["contents"]})
+    for lineno, rec in iter_json_objects(path):
+        if not isinstance(rec.get("contents"), str):
+            raise UserError(f"{path}:{lineno}: a passage needs a string field 'contents' (wiki-18 format)")
+        docs.append({"id": str(rec.get("id", len(docs))), "contents": rec["contents"]})
     if not docs:
         raise UserError(f"corpus {path} is empty; it needs one JSON passage per line")
     return docs

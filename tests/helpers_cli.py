@@ -1,0 +1,38 @@
+"""Run `seed` in a subprocess the way a user does, and the whole tiny-model pipeline on one environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def seed_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "seedcli", *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"seed {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def summary(proc: subprocess.CompletedProcess) -> dict:
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_pipeline(tmp: Path, preset: str, rl_args: tuple[str, ...] = ("--algo", "sdar"), eval_limit: int = 5) -> dict:
+    """model init → collect → annotate → sft → rl → eval with `-c preset`; the run directories by stage."""
+    runs, model = tmp / "runs", tmp / "tiny"
+    seed_cli("model", "init", "--preset", "tiny", "--out", str(model))
+    common = ["-c", preset, "--runs-dir", str(runs), "--json"]
+    out: dict[str, Path] = {"runs": runs}
+    for stage, extra in (("collect", ["--model", str(model)]), ("annotate", []), ("sft", []), ("rl", list(rl_args))):
+        out[stage] = runs / stage / summary(seed_cli(stage, *common, *extra))["run_id"]
+    ev = summary(seed_cli("eval", *common, "--from", str(out["rl"]), "--limit", str(eval_limit)))
+    out["eval"] = runs / "eval" / ev["run_id"]
+    return out
