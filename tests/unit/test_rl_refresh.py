@@ -108,7 +108,9 @@ def test_each_rank_gets_an_independent_vllm_engine(tmp_path):
     with pytest.raises(UserError, match="vllm_tensor_parallel=2"):
         vllm_engine_kwargs(RLConfig(vllm_tensor_parallel=2), tmp_path, info)
     cpu = vllm_engine_kwargs(RLConfig(), tmp_path, SimpleNamespace(device=torch.device("cpu"), world=2, rank=1))
-    assert "distributed_executor_backend" not in cpu and "enable_sleep_mode" not in cpu
+    assert cpu["distributed_executor_backend"] == "external_launcher" and "enable_sleep_mode" not in cpu
+    alone = vllm_engine_kwargs(RLConfig(), tmp_path, SimpleNamespace(device=torch.device("cpu"), world=1, rank=0))
+    assert "distributed_executor_backend" not in alone  # one process: vLLM's in-process "uni" executor
 
 
 def test_env_workers_default_scales_with_cores():
