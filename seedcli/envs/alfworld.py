@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from seedcli.envs.base import Environment, StepResult, Task, parse_think_action, select_balanced
+from seedcli.envs.base import Environment, StepResult, Task, find_data_root, parse_think_action, select_balanced
 from seedcli.envs.pool import EnvPool as _GenericPool
 from seedcli.errors import UserError
 from seedcli.prompts import AGENT_PROMPT_VERSION, ALFWORLD_ANALYSIS_DESCRIPTION, TASK_LINE_PREFIX
@@ -72,7 +72,6 @@ _BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 _TASK_RE = re.compile(r"Your task is to:\s*(.*)")
 # Commands that leave the walkthrough valid: they only mark things as "checked" in the PDDL domain.
 _NEUTRAL_VERBS = ("look", "inventory", "help", "examine")
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -95,29 +94,16 @@ def _has_data(path: Path) -> bool:
 def resolve_data_root(explicit: str | os.PathLike | None = None) -> Path:
     """The ALFWorld data folder (holding json_2.1.1/): `explicit`, else $ALFWORLD_DATA, else ../shared/alfworld
     next to the current directory or the repository. Sets $ALFWORLD_DATA to it, so alfworld never writes ~/.cache."""
-    if explicit is not None and str(explicit) != "":
-        root = Path(explicit).expanduser()
-        if not _has_data(root):
-            raise UserError(
-                f"ALFWorld data not found at {root} (no {DATA_SUBDIR}/ inside): pass the folder that holds "
-                f"{DATA_SUBDIR}/, or run `alfworld-download` on a connected machine"
-            )
-    elif os.environ.get("ALFWORLD_DATA"):
-        root = Path(os.environ["ALFWORLD_DATA"]).expanduser()
-        if not _has_data(root):
-            raise UserError(
-                f"ALFWorld data not found: ALFWORLD_DATA={root} has no {DATA_SUBDIR}/ inside; set ALFWORLD_DATA "
-                "to the folder that holds it, or run `alfworld-download` on a connected machine"
-            )
-    else:
-        candidates = [Path.cwd().parent / "shared" / "alfworld", _REPO_ROOT.parent / "shared" / "alfworld"]
-        root = next((c for c in candidates if _has_data(c)), None)
-        if root is None:
-            raise UserError(
-                f"ALFWorld data not found: set ALFWORLD_DATA=/path/to/alfworld (the folder holding {DATA_SUBDIR}/) "
-                "or run `alfworld-download` on a connected machine"
-            )
-    root = root.resolve()
+
+    def missing(source: str, root: Path | None) -> str:
+        download = "run `alfworld-download` on a connected machine"
+        if source == "explicit":
+            return f"ALFWorld data not found at {root} (no {DATA_SUBDIR}/ inside): pass the folder that holds {DATA_SUBDIR}/, or {download}"
+        if source == "env":
+            return f"ALFWorld data not found: ALFWORLD_DATA={root} has no {DATA_SUBDIR}/ inside; set ALFWORLD_DATA to the folder that holds it, or {download}"
+        return f"ALFWorld data not found: set ALFWORLD_DATA=/path/to/alfworld (the folder holding {DATA_SUBDIR}/) or {download}"
+
+    root = find_data_root(explicit, "ALFWORLD_DATA", "alfworld", _has_data, missing)
     os.environ["ALFWORLD_DATA"] = str(root)
     return root
 

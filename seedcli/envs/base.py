@@ -30,10 +30,11 @@ Environment instances are cheap to make: data is read lazily (in `list_tasks` / 
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
@@ -46,6 +47,31 @@ ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 SKILL_HEADING = "Episode-Level Skill"
 SKILL_INSTRUCTION = "Use the following skill, learned in hindsight from this kind of task, to choose your actions."
 
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def find_data_root(
+    explicit: str | os.PathLike | None,
+    env_var: str,
+    shared_name: str,
+    has_data: Callable[[Path], bool],
+    missing: Callable[[str, Path | None], str],
+) -> Path:
+    """An environment's data folder: `explicit`, else $`env_var`, else ../shared/`shared_name` next to the working
+    directory or the repository. A folder `has_data` rejects (or none found) is a UserError whose one line is
+    `missing(source, folder)`, source being "explicit", "env" or "default" (folder None: no default found)."""
+    root: Path | None
+    if explicit is not None and str(explicit) != "":
+        root, source = Path(explicit).expanduser(), "explicit"
+    elif os.environ.get(env_var):
+        root, source = Path(os.environ[env_var]).expanduser(), "env"
+    else:
+        candidates = [Path.cwd().parent / "shared" / shared_name, REPO_ROOT.parent / "shared" / shared_name]
+        root, source = next((c for c in candidates if has_data(c)), None), "default"
+    if root is None or not has_data(root):
+        raise UserError(missing(source, root))
+    return root.resolve()
 
 @dataclass(frozen=True)
 class Task:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 
+from seedcli.envs.base import find_data_root
 from seedcli.errors import UserError
 
 TEST_SETS = ("nq", "hotpotqa", "2wiki", "musique", "bamboogle")
@@ -22,7 +23,6 @@ CLOSED_SPLITS = ("train", "dev")
 SPLITS = (*CLOSED_SPLITS, "test")
 CORPUS_FILE = "corpus.jsonl"
 
-_REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass(frozen=True)
@@ -37,28 +37,22 @@ class Question:
 
 def resolve_data_root(explicit: str | os.PathLike | None = None) -> Path:
     """The search data folder: `explicit`, else $SEARCH_DATA, else ../shared/search next to the cwd or the repo."""
-    if explicit is not None and str(explicit) != "":
-        root, how = Path(explicit).expanduser(), "data_root"
-    elif os.environ.get("SEARCH_DATA"):
-        root, how = Path(os.environ["SEARCH_DATA"]).expanduser(), "SEARCH_DATA"
-    else:
-        candidates = [Path.cwd().parent / "shared" / "search", _REPO_ROOT.parent / "shared" / "search"]
-        found = next((c for c in candidates if (c / "closed").is_dir() or (c / "test").is_dir()), None)
-        if found is None:
-            raise UserError(
+
+    def has_data(root: Path) -> bool:
+        return (root / "closed").is_dir() or (root / "test").is_dir()
+
+    def missing(source: str, root: Path | None) -> str:
+        if root is None:
+            return (
                 "search data not found: set SEARCH_DATA=/path/to/search (the folder holding closed/, test/ and "
                 "corpus.jsonl) or pass env.data_root"
             )
-        root, how = found, "default"
-    if not root.is_dir():
-        raise UserError(
-            f"search data folder {root} ({how}) does not exist; point it at the folder holding closed/ and test/"
-        )
-    if not any((root / sub).is_dir() for sub in ("closed", "test")):
-        raise UserError(
-            f"search data folder {root} ({how}) holds neither closed/ nor test/; point it at the search data bundle"
-        )
-    return root.resolve()
+        how = {"explicit": "data_root", "env": "SEARCH_DATA"}.get(source, "default")
+        if not root.is_dir():
+            return f"search data folder {root} ({how}) does not exist; point it at the folder holding closed/ and test/"
+        return f"search data folder {root} ({how}) holds neither closed/ nor test/; point it at the search data bundle"
+
+    return find_data_root(explicit, "SEARCH_DATA", "search", has_data, missing)
 
 
 def default_corpus(data_root: str | os.PathLike | None = None) -> Path:

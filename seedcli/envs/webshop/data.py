@@ -23,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from seedcli.envs.base import find_data_root
 from seedcli.errors import UserError
 
 PRODUCT_FILE = "items_shuffle_1000.json"
@@ -32,7 +33,6 @@ LUCENE_REFERENCE_FILE = "lucene_reference.jsonl"
 EXPECTED_GOALS = 6910  # WebShop's small setting: 415 products with an instruction, one goal per option combination
 TEST_GOALS = 500  # verl-agent and SEED: test = goals 0-499, train = goals 500 onward
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
-_REPO_ROOT = Path(__file__).resolve().parents[3]
 _SCRAPE_KEYS = (
     "product_information",
     "brand",
@@ -59,26 +59,15 @@ def resolve_data_root(explicit: str | os.PathLike | None = None) -> Path:
     """The WebShop data folder (holding items_shuffle_1000.json and items_ins_v2_1000.json): `explicit`, else
     $WEBSHOP_DATA, else ../shared/webshop next to the current directory or the repository."""
     need = f"{PRODUCT_FILE} and {ATTRIBUTE_FILE}"
-    if explicit is not None and str(explicit) != "":
-        root = Path(explicit).expanduser()
-        if not _has_data(root):
-            raise UserError(f"WebShop data not found at {root} (no {need} inside): pass the folder that holds them")
-    elif os.environ.get("WEBSHOP_DATA"):
-        root = Path(os.environ["WEBSHOP_DATA"]).expanduser()
-        if not _has_data(root):
-            raise UserError(
-                f"WebShop data not found: WEBSHOP_DATA={root} has no {need} inside; set WEBSHOP_DATA to the folder "
-                "that holds them"
-            )
-    else:
-        candidates = [Path.cwd().parent / "shared" / "webshop", _REPO_ROOT.parent / "shared" / "webshop"]
-        root = next((c for c in candidates if _has_data(c)), None)
-        if root is None:
-            raise UserError(
-                f"WebShop data not found: set WEBSHOP_DATA=/path/to/webshop (the folder holding {need}, from "
-                "WebShop's `setup.sh -d small`)"
-            )
-    return root.resolve()
+
+    def missing(source: str, root: Path | None) -> str:
+        if source == "explicit":
+            return f"WebShop data not found at {root} (no {need} inside): pass the folder that holds them"
+        if source == "env":
+            return f"WebShop data not found: WEBSHOP_DATA={root} has no {need} inside; set WEBSHOP_DATA to the folder that holds them"
+        return f"WebShop data not found: set WEBSHOP_DATA=/path/to/webshop (the folder holding {need}, from WebShop's `setup.sh -d small`)"
+
+    return find_data_root(explicit, "WEBSHOP_DATA", "webshop", _has_data, missing)
 
 
 def _read_json(path: Path) -> Any:
