@@ -44,7 +44,7 @@ def _fused(name: str) -> tuple[str, str | None]:
     return name, None
 
 
-def checksum_names(num_layers: int, tied: bool, linear: bool = True) -> list[str]:
+def checksum_names(num_layers: int, linear: bool = True) -> list[str]:
     """The weights checked after each refresh: the embedding (every token), the first layer's attention and the
     last layer's MLP (both ends of the stack), the final norm and the lm_head. `linear=False` keeps to weights
     every back end stores unchanged (vLLM's CPU backend repacks linear layers for its GEMM kernels)."""

@@ -239,19 +239,15 @@ def full_state_dict(
     return out
 
 
-def iter_full_params(
-    module: torch.nn.Module, dtype: torch.dtype | None = None, skip: Sequence[str] = ()
-) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_full_params(module: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) of every parameter and buffer of the state dict, one at a time, cast to `dtype`: under
     FSDP each DTensor is gathered when the consumer asks for it, so at most one full parameter exists at a time
     (a collective: every rank must consume the whole stream in the same order). A tensor that appears under two
-    names (a tied lm_head) is gathered once and yielded under both. Names in `skip` are not yielded."""
+    names (a tied lm_head) is gathered once and yielded under both."""
     from torch.distributed.tensor import DTensor
 
     last: tuple[int, torch.Tensor] | None = None  # (id of the sharded tensor, its gathered and cast value)
     for name, value in module.state_dict().items():
-        if name in skip:
-            continue
         if last is not None and last[0] == id(value):
             yield name, last[1]
             continue
@@ -262,12 +258,6 @@ def iter_full_params(
         value = value.to(dtype) if dtype is not None and value.is_floating_point() else value
         last = (key, value)
         yield name, value
-
-
-def tied_names(lm: torch.nn.Module) -> list[str]:
-    """State-dict names that share another name's tensor (lm_head.weight when tie_word_embeddings)."""
-    cfg = getattr(lm, "config", None)
-    return ["lm_head.weight"] if getattr(cfg, "tie_word_embeddings", False) else []
 
 
 def param_digest(module: torch.nn.Module) -> str:

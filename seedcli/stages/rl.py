@@ -392,9 +392,7 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
         cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, tokenizer=tokenizer, pad_id=pad_id,
         train_model=train_model, ref_model=ref_model, optimizer=optimizer, lm=lm, shared=shared, weights=weights,
         base_settings=base_settings, score_fn=score_fn, check_sync=check_sync,
-        checksum_names=checksum_names(
-            lm.config.num_hidden_layers, bool(D.tied_names(lm)), linear=not getattr(engine, "on_cpu", False)
-        ),
+        checksum_names=checksum_names(lm.config.num_hidden_layers, linear=not getattr(engine, "on_cpu", False)),
     )  # fmt: skip
 
     trained = 0

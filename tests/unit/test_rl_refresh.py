@@ -47,7 +47,7 @@ class RecordingEngine:
 
 
 def context(lm, engine) -> _Context:
-    names = checksum_names(lm.config.num_hidden_layers, tied=True, linear=False)
+    names = checksum_names(lm.config.num_hidden_layers, linear=False)
     return _Context(
         cfg=RLConfig(), plan=None, info=DistInfo(), engine=engine, meta={}, tokenizer=None, pad_id=0, train_model=None,
         ref_model=None, optimizer=None, lm=lm, shared=False, weights=None, base_settings=None, score_fn=None,
