@@ -12,10 +12,10 @@ REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def seed_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "seedcli", *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900
-    )
+def seed_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    """`seed ARGS` from the repository root (`kw` overrides subprocess.run's options); a failure raises with stderr."""
+    kw = {"cwd": REPO, "env": ENV, "timeout": 900, **kw}
+    proc = subprocess.run([sys.executable, "-m", "seedcli", *args], capture_output=True, text=True, **kw)
     if check and proc.returncode != 0:
         raise AssertionError(f"seed {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc

@@ -14,16 +14,9 @@ import pytest
 
 from seedcli.artifacts import verify_run
 from seedcli.records import Trajectory, read_jsonl
+from tests.helpers_cli import ENV, seed_cli
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 COLLECT = ["--tasks", "6", "--rollouts", "2", "--max-steps", "2", "--max-new-tokens", "12", "--workers", "1"]
-
-
-def seed_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "seedcli", *args], env=ENV, capture_output=True, text=True, **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"seed {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc
 
 
 @pytest.fixture(scope="module")

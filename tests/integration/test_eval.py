@@ -12,7 +12,7 @@ import pytest
 
 from seedcli.artifacts import verify_run
 from seedcli.records import Trajectory, read_jsonl
-from tests.integration.test_collect import ENV, seed_cli
+from tests.helpers_cli import ENV, seed_cli
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -7,7 +7,7 @@ import json
 import orjson
 
 from seedcli.artifacts import verify_run
-from tests.integration.test_collect import seed_cli
+from tests.helpers_cli import seed_cli
 
 PASSAGES = [
     {"id": "p0", "contents": '"Hamlet"\nHamlet is a tragedy written by William Shakespeare around 1600.'},
