@@ -17,6 +17,7 @@ __all__ = [
     "opd_loss",
     "ppo_clip_loss",
     "ppo_clip_stats",
+    "token_mean",
     "total_loss",
 ]
 
@@ -36,7 +37,7 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask != 0, x * mask, torch.zeros_like(x)).sum()
 
 
-def _reduce(x: torch.Tensor, mask: torch.Tensor, denom: float | None) -> torch.Tensor:
+def token_mean(x: torch.Tensor, mask: torch.Tensor, denom: float | None) -> torch.Tensor:
     """Token mean over `mask`, or the masked sum over a given token count (the mini-batch's, across ranks)."""
     if denom is None:
         return masked_mean(x, mask)
@@ -89,7 +90,7 @@ def ppo_clip_loss(
     ratio = exp(logp − old_logp); per token max(−A·r, −A·clip(r, 1±ε)), further capped at −A·c where A < 0.
     """
     per_token, *_ = _ppo_terms(logp, old_logp, advantages, clip_eps, dual_clip)
-    return _reduce(per_token, mask, denom)
+    return token_mean(per_token, mask, denom)
 
 
 @torch.no_grad()
@@ -133,7 +134,7 @@ def opd_loss(
     delta = teacher_logp - student_logp.detach()  # [B, T]
     gate = torch.sigmoid(beta * delta)  # [B, T], no grad: both inputs are detached
     per_token = gate * (teacher_logp - student_logp)  # [B, T]
-    return _reduce(per_token, mask, denom), gate
+    return token_mean(per_token, mask, denom), gate
 
 
 def total_loss(

@@ -35,7 +35,7 @@ from seedcli.rl.distributed import (
     reshard,
 )
 from seedcli.rl.logprobs import pack_by_length, sequence_logprobs
-from seedcli.rl.losses import _reduce, low_var_kl, opd_loss, ppo_clip_loss, ppo_clip_stats, total_loss
+from seedcli.rl.losses import low_var_kl, opd_loss, ppo_clip_loss, ppo_clip_stats, token_mean, total_loss
 from seedcli.rl.rescoring import TurnSample, pad_right
 from seedcli.rl.sampler import hash_seed
 
@@ -199,8 +199,8 @@ def micro_batch_loss(
     mask = batch["response_mask"]
     n_all, n_opd_all = denoms if denoms is not None else (None, None)
     pg = ppo_clip_loss(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip, denom=n_all)
-    kl = _reduce(low_var_kl(logp, batch["ref_logp"]), mask, n_all) if use_ref else logp.new_zeros(())
-    ent = _reduce(entropy, mask, n_all)
+    kl = token_mean(low_var_kl(logp, batch["ref_logp"]), mask, n_all) if use_ref else logp.new_zeros(())
+    ent = token_mean(entropy, mask, n_all)
     opd_mask = batch["opd_mask"]
     n_opd = opd_mask.sum()
     if n_opd > 0:
