@@ -61,9 +61,9 @@ def main() -> None:
         tmp = Path(tmp)
         sys.path.insert(0, str(REPO))
         from seedcli.engines.tiny import build_tiny_model
-        from seedcli.prompts import tokenizer_corpus
+        from seedcli.envs import tokenizer_texts
 
-        model = build_tiny_model(tmp / "model", preset="tiny", seed=0, corpus=tokenizer_corpus())
+        model = build_tiny_model(tmp / "model", preset="tiny", seed=0, corpus=tokenizer_texts())
         seed, grpo = [], []
         for i in range(args.repeats):  # interleaved, so slow drift on a shared machine hits both alike
             seed += run_algo("seed", model, tmp / f"runs-seed-{i}", args)

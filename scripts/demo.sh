@@ -9,6 +9,7 @@ MODEL=${MODEL:-$RUNS/models/tiny}
 # DEMO_CONFIG=webshop/tiny (or search/tiny) runs the same demo on another environment; the default is ALFWorld's
 CONFIG=${DEMO_CONFIG:-tiny}
 SPLIT=$([ "$CONFIG" = tiny ] && echo "--split seen" || true)  # other presets name their eval split
+EVAL_LIMIT=12  # search applies --limit per data source, the others to the split as a whole
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 t0=$(date +%s)
 step() { echo; echo "== $* ($(( $(date +%s) - t0 ))s)"; }
@@ -24,20 +25,29 @@ seed sft -c "$CONFIG" --runs-dir "$RUNS"
 step "5/6 rl (SEED, self-analyzer)"
 seed rl -c "$CONFIG" --runs-dir "$RUNS"
 step "6/6 eval (partial)"
-seed eval -c "$CONFIG" $SPLIT --from "$RUNS/rl/latest" --limit 12 --runs-dir "$RUNS"
+seed eval -c "$CONFIG" $SPLIT --from "$RUNS/rl/latest" --limit "$EVAL_LIMIT" --runs-dir "$RUNS"
 step "done"
 seed runs --runs-dir "$RUNS"
 summary() {  # what the demo made, where, what its numbers mean, and what to run next
-  python - "$RUNS" "$MODEL" "$(( $(date +%s) - t0 ))" <<'PY'
-import json, sys
+  python - "$RUNS" "$MODEL" "$(( $(date +%s) - t0 ))" "$EVAL_LIMIT" <<'PY'
+import json, re, sys
 from pathlib import Path
-runs, model, secs = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+from seedcli.envs import env_class
+runs, model, secs, limit = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 def manifest(stage):
     p = runs / stage / "latest" / "manifest.json"
     return json.loads(p.read_text()) if p.exists() else {}
 def metric(stage, key):
     v = manifest(stage).get("metrics", {}).get(key)
     return f"{v:.0%}" if isinstance(v, float) else str(v)
+ev = manifest("eval").get("metrics", {})
+env = env_class(ev.get("env", "alfworld"))
+# the eval's own count: search applies --limit to each data source, the others to the split as a whole
+played = f"{ev.get('games', '?')} eval {env.task_noun}s (partial: --limit {limit}" + (
+    f" per {env.category_label})" if env.limit_per_category else ")")
+first = next(iter(env.metric_labels))
+measure = "success" if first.endswith("_success") else env.metric_labels[first].split(" (")[0]
+headline = re.sub(r" \(\w+\)$", "", ev.get("headline", f"success {metric('eval', 'macro_success')}"))
 def last_row(key):
     p = runs / "rl" / "latest" / "metrics.jsonl"
     rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()] if p.exists() else []
@@ -51,8 +61,8 @@ made: the model {model} (tiny Qwen2 shape, random weights, built in code) and, u
   annotate/latest/skills.jsonl       {metric('annotate', 'annotate/kept')} hindsight skills (offline rules analyzer)
   sft/latest/model/                  the model fine-tuned to write skill JSON
   rl/latest/                         2 SEED updates: metrics.jsonl, samples.jsonl, checkpoints/
-  eval/latest/report.md              success per category on 12 eval tasks (partial: --limit)
-what the numbers mean: this model has random weights, so success {metric('eval', 'macro_success')} and
+  eval/latest/report.md              {measure} per {env.category_label} on {played}
+what the numbers mean: this model has random weights, so {headline} and
   opd/valid_skill_frac {last_row('opd/valid_skill_frac')} (skills the model wrote for itself that parse) are expected
   — the demo checks that every stage runs and chains, not that the method learns. The method check does that.
 next:

@@ -54,9 +54,9 @@ def build(preset: str, out: Path, overrides: list[str] | None = None) -> Path:
     kw = {k: int(v) for k, v in (o.split("=") for o in overrides or [])}
     corpus = None
     if preset == "tiny":
-        from seedcli.prompts import tokenizer_corpus
+        from seedcli.envs import tokenizer_texts
 
-        corpus = tokenizer_corpus()
+        corpus = tokenizer_texts()
     return build_tiny_model(out, preset=preset, seed=0, corpus=corpus, **kw)
 
 

@@ -20,7 +20,13 @@ from statistics import mean, median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seedcli.reporting import _new_figure, _save_png, compare_runs, load_results, read_metrics  # noqa: E402
+from seedcli.reporting import (  # noqa: E402
+    compare_runs,
+    load_results,
+    plot_histogram,
+    plot_lines,
+    read_metrics,
+)
 
 RL_RUNS = (("GRPO", "rl_grpo"), ("SEED", "rl_seed"))
 EVALS = (("warm start", "eval_warm"), ("GRPO", "eval_grpo"), ("SEED", "eval_seed"))
@@ -83,17 +89,15 @@ def _se(wins: int, n: int) -> float:
 
 def _delta_hist(deltas: list[float], path: Path, title: str, color: str, log: bool = False) -> Path:
     """Histogram of per-token Δ = ℓ_skill − ℓ_old with a line at 0."""
-    fig = _new_figure(7, 3.5)
-    ax = fig.add_subplot()
-    ax.hist(deltas, bins=60, color=color, alpha=0.85)
-    ax.axvline(0.0, color="black", linewidth=0.8)
-    if log:
-        ax.set_yscale("log")
-    ax.set_xlabel("Δ = ℓ_skill − ℓ_old (nats)")
-    ax.set_ylabel("response tokens (log)" if log else "response tokens")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    return _save_png(fig, path)
+    return plot_histogram(
+        deltas,
+        path,
+        title=title,
+        xlabel="Δ = ℓ_skill − ℓ_old (nats)",
+        ylabel="response tokens (log)" if log else "response tokens",
+        color=color,
+        log=log,
+    )
 
 
 def stage1_shift(runs: Path, episodes: int = 8) -> Path:
@@ -101,7 +105,7 @@ def stage1_shift(runs: Path, episodes: int = 8) -> Path:
     episodes (sampled by the warm-started policy), each with the skill the Stage-1 analyzer wrote for it, re-scored
     by that same policy without and with the skill block. Writes $RUNS/stage1_shift.json."""
     from seedcli.engines.hf import HFEngine
-    from seedcli.prompts import insert_skill
+    from seedcli.envs.alfworld import insert_skill
     from seedcli.records import SkillRecord, Trajectory, iter_jsonl
 
     index = json.loads((runs / "index.json").read_text())
@@ -313,22 +317,17 @@ class Doc:
         self.add("")
         curve = w.get("curve") or []
         if curve:
-            fig = _new_figure(7, 3.5)
-            ax = fig.add_subplot()
-            ax.plot([c["step"] for c in curve], [c["response_nll"] for c in curve], linewidth=0.8, label="response NLL")
-            ax.plot(
-                [c["step"] for c in curve],
-                [c["loss"] for c in curve],
-                linewidth=0.8,
-                alpha=0.6,
-                label="training loss (with prompt tokens)",
+            steps = [c["step"] for c in curve]
+            path = plot_lines(
+                [
+                    (steps, [c["response_nll"] for c in curve], "response NLL", None),
+                    (steps, [c["loss"] for c in curve], "training loss (with prompt tokens)", 0.6),
+                ],
+                self.fig_dir / "warmstart_loss.png",
+                title="Warm start: behaviour-cloning loss",
+                xlabel="batch",
+                ylabel="nats / token",
             )
-            ax.set_xlabel("batch")
-            ax.set_ylabel("nats / token")
-            ax.set_title("Warm start: behaviour-cloning loss")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-            path = _save_png(fig, self.fig_dir / "warmstart_loss.png")
             self.add(f"![warm-start loss]({self.rel(path)})", "")
         examples = w["check"].get("examples") or []
         if examples:

@@ -21,6 +21,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from seedcli import __version__
+from seedcli.atomic import atomic_write_bytes, atomic_write_text  # re-exported: callers import them from here
 from seedcli.config import StageConfig, run_workdir, to_yaml
 from seedcli.errors import UserError
 
@@ -104,22 +105,6 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temp file and rename, so a reader never sees a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
 
 
 def package_versions() -> dict[str, str | None]:
@@ -368,6 +353,13 @@ class Run:
         point_latest(self.path)
         return self.manifest
 
+    def interrupt(self) -> None:
+        """Ctrl-C: the run stays `running` on disk and, its writer lock released, shows as `interrupted` (`run_state`),
+        resumable as a SIGKILLed run is; its wall time so far is kept for the resume."""
+        self.manifest.error = "interrupted (KeyboardInterrupt); continue with --resume"
+        self.manifest.wall_time_s = round(self._wall_before + time.time() - self._t0, 3)
+        self.save()
+
     def fail(self, error: str) -> None:
         self.manifest.status = "failed"
         self.manifest.error = error[:2000]
@@ -438,7 +430,8 @@ def _data_written(path: Path) -> bool:
 @contextmanager
 def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Iterator[Run]:
     """Create (or, with cfg.resume, reopen) a run directory and hold its writer lock for the body. A body that
-    raises marks the run failed; a new run that wrote nothing yet is removed, so no empty failed run is left."""
+    raises marks the run failed (Ctrl-C: interrupted); a new run that wrote nothing yet is removed, so no empty
+    failed run is left."""
     from seedcli.loggers import check_installed, parse_loggers, start_mirror
 
     loggers = parse_loggers(getattr(cfg, "logger", "jsonl"))
@@ -521,7 +514,10 @@ def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Ite
         if new and not _data_written(path):
             shutil.rmtree(path, ignore_errors=True)  # never started: nothing to keep, nothing to resume
         elif run.manifest.status != "complete":
-            run.fail(f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, KeyboardInterrupt):
+                run.interrupt()  # not a failure: `seed runs` shows it interrupted, and --resume continues it
+            else:
+                run.fail(f"{type(exc).__name__}: {exc}")
         raise
     finally:
         if mirror is not None:

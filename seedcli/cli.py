@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic_core import PydanticUndefined
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from seedcli.config import STAGE_CONFIGS, build_config, to_yaml
 from seedcli.errors import UserError
@@ -23,7 +25,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="SEED: GRPO + self-evolving on-policy distillation for LLM agents on ALFWorld.",
+    help="SEED: GRPO + self-evolving on-policy distillation for LLM agents on ALFWorld, WebShop and Search-QA "
+    "(`seed envs` describes each environment, its data and options).",
 )
 model_app = typer.Typer(no_args_is_help=True, help="Build models (tiny offline models for tests and demos).")
 app.add_typer(model_app, name="model")
@@ -84,6 +87,7 @@ def preflight(stage: str, cfg: Any) -> None:
     run that cannot start leaves nothing behind."""
     from seedcli.engines.base import check_device, check_engine, check_model_dir
 
+    check_from_env(stage, cfg)
     local_model = stage != "annotate" or getattr(cfg, "analyzer", None) == "policy"
     if not local_model:
         return
@@ -93,6 +97,68 @@ def preflight(stage: str, cfg: Any) -> None:
         check_engine(cfg.engine)
     if getattr(cfg, "model", None):
         check_model_dir(cfg.model)
+
+
+def run_env(run_dir: Path, runs_dir: str | None = None, depth: int = 0) -> str | None:
+    """The environment a run's episodes came from: its config's `env` (collect, eval, rl), else that of the runs it
+    read (annotate, sft: their collect run); None when no manifest on the way says."""
+    from seedcli.artifacts import read_manifest
+
+    try:
+        manifest = read_manifest(run_dir)
+    except UserError:
+        return None
+    if manifest.config.get("env"):
+        return str(manifest.config["env"])
+    for ref in manifest.inputs if depth < 4 else []:
+        found = ref.locate(runs_dir)
+        env = run_env(found, runs_dir, depth + 1) if found is not None else None
+        if env is not None:
+            return env
+    return None
+
+
+def _newest_complete(stage: str, runs_dir: str) -> Path | None:
+    """The run `--from` would default to (the newest complete run of `stage`), found from the manifests alone."""
+    from seedcli.artifacts import MANIFEST, read_manifest
+
+    best: tuple[str, Path] | None = None
+    sdir = Path(runs_dir) / stage
+    for d in sdir.iterdir() if sdir.is_dir() else []:
+        if d.is_dir() and not d.is_symlink() and (d / MANIFEST).exists():
+            try:
+                m = read_manifest(d)
+            except UserError:
+                continue
+            if m.status == "complete" and (best is None or (m.finished or m.created, d) > best):
+                best = (m.finished or m.created, d)
+    return best[1] if best else None
+
+
+def check_from_env(stage: str, cfg: Any) -> None:
+    """`seed rl` / `seed eval` whose input run (`--from`, or rl's default: the newest sft run) learned from another
+    environment's episodes are refused in one line: `--from` continues a lineage, and a lineage plays one
+    environment (a forgotten `--env` is the usual cause). Crossing environments on purpose goes through `--model`,
+    which starts from the weights without claiming the lineage."""
+    if stage not in ("rl", "eval") or getattr(cfg, "model", None) and not cfg.from_run:
+        return
+    if cfg.from_run:
+        path = Path(cfg.from_run)
+        run_dir = path if (path / "manifest.json").exists() else path.parent.parent  # eval: a checkpoint inside
+    elif stage == "rl":
+        run_dir = _newest_complete("sft", cfg.runs_dir)
+    else:
+        return
+    if run_dir is None or not (run_dir / "manifest.json").exists():
+        return  # the stage says what is wrong with the input
+    other = run_env(run_dir, cfg.runs_dir)
+    if other is None or other == cfg.env:
+        return
+    given = f"--from {cfg.from_run}" if cfg.from_run else f"the newest sft run ({run_dir})"
+    raise UserError(
+        f"{given} learned from {other} episodes, but this {stage} run plays {cfg.env}; pass --env {other}, or "
+        f"--from a run of {cfg.env}, or --model {run_dir}/model to start from its weights on purpose"
+    )
 
 
 def _option_type(annotation: Any) -> Any:
@@ -136,8 +202,12 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
         if name == "env":  # the choices are the registered environments
             from seedcli.envs import ENV_NAMES
 
-            help_text = f"environment: {' | '.join(ENV_NAMES)}"
-        if field.default is not None and not callable(field.default):
+            help_text = f"environment: {' | '.join(ENV_NAMES)} (`seed envs` describes each)"
+        # a default that depends on the environment is described in the help text itself, not as one number
+        env_default = (
+            (field.json_schema_extra or {}).get("env_default") if isinstance(field.json_schema_extra, dict) else None
+        )
+        if field.default not in (None, PydanticUndefined) and not callable(field.default) and not env_default:
             help_text += f" (default: {field.default})"
         params.append(
             inspect.Parameter(
@@ -227,7 +297,10 @@ stage_command("annotate", _lazy("annotate"), "An analyzer turns each trajectory 
 stage_command("sft", _lazy("sft"), "Fine-tune the policy to write hindsight skills (TRL + PEFT).")
 stage_command("rl", _lazy("rl"), "GRPO + self-evolving on-policy distillation.")
 stage_command(
-    "eval", _lazy("eval"), "The environment's metrics per category on an evaluation split (ALFWorld seen / unseen)."
+    "eval",
+    _lazy("eval"),
+    "The environment's metrics per category on an evaluation split (ALFWorld seen / unseen, WebShop test, "
+    "search test / dev).",
 )
 
 
@@ -251,11 +324,12 @@ def model_init(
     """Build a small model in code (random weights, offline tokenizer) — no model hub needed."""
     try:
         from seedcli.engines.tiny import PRESETS, build_tiny_model
-        from seedcli.prompts import tokenizer_corpus
+        from seedcli.envs import tokenizer_texts
 
         if preset not in PRESETS:
             raise UserError(f"unknown preset '{preset}'; use one of {', '.join(PRESETS)}")
-        path = build_tiny_model(out, preset=preset, seed=seed, corpus=tokenizer_corpus())
+        corpus = tokenizer_texts() if preset == "tiny" else None  # only the tiny BPE learns the environments' text
+        path = build_tiny_model(out, preset=preset, seed=seed, corpus=corpus)
         if warm_start:
             if warm_start != "expert":
                 raise UserError(f"unknown --warm-start '{warm_start}'; use expert")
@@ -287,6 +361,10 @@ def retriever_serve(
         serve(corpus, host=host, port=port, topk=topk)
     except UserError as exc:
         raise fail(str(exc), exc.exit_code) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "retriever", None) from None
 
 
 # what `seed runs` shows per stage: the figure a researcher looks for first
@@ -356,6 +434,123 @@ def env_cmd() -> None:
     sys.stdout.write(json.dumps(info, indent=2) + "\n")
 
 
+@app.command("envs")
+def envs_cmd(
+    as_json: bool = typer.Option(False, "--json", help="print the description as JSON on stdout"),
+    data_root: str | None = typer.Option(None, "--data-root", help="describe the data at this folder instead"),
+    env: str | None = typer.Option(None, "--env", help="only this environment"),
+) -> None:
+    """Every registered environment: its splits and task counts (per category), data root, turns, observations,
+    and env options with their types, defaults and meaning. Missing data is one line per environment."""
+    try:
+        from seedcli.config import nearest
+        from seedcli.envs import ENV_NAMES
+
+        names = list(ENV_NAMES)
+        if data_root is not None and env is None:
+            raise UserError("--data-root describes one environment's data: add --env NAME")
+        if env is not None:
+            if env.strip().lower() not in ENV_NAMES:
+                raise UserError(
+                    f"unknown environment {env!r}{nearest(env.strip().lower(), ENV_NAMES)} (use one of {', '.join(ENV_NAMES)})"
+                )
+            names = [env.strip().lower()]
+        described = [describe_env(name, data_root) for name in names]
+    except UserError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "envs", None) from None
+    if as_json:
+        sys.stdout.write(json.dumps(described, indent=2, default=str) + "\n")
+        return
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(width=160, highlight=False)  # a pipe or log file: no need to squeeze into 80 columns
+    say = lambda text: console.print(text, markup=False, soft_wrap=True)  # noqa: E731 - split names hold [brackets]
+    for d in described:
+        say(f"{d['name']} ({d['title']}): {d['turns']} turns, history {d['history']}, observations: "
+            f"{', '.join(d['observation_modes'])}; categories: {d['category_label']}")  # fmt: skip
+        say(f"  data: {d['data_root']}" if d["data_root"] else f"  data: missing: {d['data_missing']}")
+        names = []
+        for split in d["splits"]:
+            role = ", ".join(split["roles"])
+            aliases = f" (also: {', '.join(split['aliases'])})" if split["aliases"] else ""
+            head = f"{split['name']}{aliases}" + (f" [{role}]" if role else "")
+            names.append(head)
+            if d["data_root"] is None:
+                continue
+            if "error" in split:
+                say(f"  split {head}: {split['error']}")
+                continue
+            cats = ", ".join(f"{c} {n}" for c, n in split["categories"].items())
+            say(f"  split {head}: {split['tasks']} {d['task_noun']}s ({cats})")
+        if d["data_root"] is None:
+            say(f"  splits (no data to count): {'; '.join(names)}")
+        if d["free_split"]:
+            say(f"  split FILE: {d['free_split']}")
+        if not d["options"]:
+            say("  env options: none")
+            continue
+        table = Table(show_header=True, box=None, padding=(0, 2, 0, 4))
+        for col in ("env option", "type", "default", "meaning"):
+            table.add_column(col)
+        for opt in d["options"]:
+            default = "-" if opt["default"] is None else str(opt["default"])
+            table.add_row(*(Text(x) for x in (opt["name"], opt["type"], default, opt["meaning"])))
+        console.print(table)
+
+
+def describe_env(name: str, data_root: str | None = None) -> dict[str, Any]:
+    """What `seed envs` shows of one environment; data that is missing is described by the error's one line."""
+    from collections import Counter
+
+    from seedcli.envs import env_class
+
+    cls = env_class(name)
+    env = cls(data_root=data_root)
+    out: dict[str, Any] = {
+        "name": cls.name,
+        "title": cls.title,
+        "turns": cls.max_steps,
+        "history": cls.history,
+        "observation_modes": list(cls.observation_modes),
+        "category_label": cls.category_label,
+        "task_noun": cls.task_noun,
+        "data_root": None,
+        "data_missing": None,
+        "splits": [],
+        "free_split": cls.split_file or None,
+        "options": [
+            {"name": n, "type": t, "default": default, "meaning": meaning}
+            for n, t, default, meaning in cls.option_specs()
+        ],
+    }
+    try:
+        out["data_root"] = str(env.resolve_data_root())
+    except UserError as exc:
+        out["data_missing"] = str(exc)
+    canonical = list(dict.fromkeys(cls.splits.values()))
+    for split in canonical:
+        roles = [r for r, on in (("train", split == cls.train_split), ("eval" + (" default" if cls.eval_splits[:1] == (split,) else ""), split in cls.eval_splits), ("rl validation", split == cls.val_split)) if on]  # fmt: skip
+        entry: dict[str, Any] = {
+            "name": split,
+            "aliases": [a for a, c in cls.splits.items() if c == split and a != split],
+            "roles": roles,
+        }
+        if out["data_root"] is None:
+            entry["error"] = "no data"
+        else:
+            try:
+                tasks = env.list_tasks(split)
+                counts = Counter(t.category for t in tasks)
+                order = [c for c in cls.categories if c in counts] + sorted(set(counts) - set(cls.categories))
+                entry.update(tasks=len(tasks), categories={c: counts[c] for c in order})
+            except UserError as exc:
+                entry["error"] = " ".join(str(exc).split())
+        out["splits"].append(entry)
+    return out
+
+
 def data_roots() -> dict[str, str]:
     """Each environment's data root as the stages would resolve it now, or why it is not found."""
     from seedcli.envs import ENV_NAMES, get_env
@@ -409,14 +604,18 @@ def plot_cmd(
 
 @app.command("inspect")
 def inspect_cmd(
-    run: Path = typer.Argument(..., help="rl run directory"),
-    step: int | None = typer.Option(None, "--step", help="update to show (default: the latest with samples)"),
+    run: Path = typer.Argument(..., help="a collect, eval or rl run directory"),
+    step: int | None = typer.Option(None, "--step", help="rl: the update to show (default: the latest with samples)"),
+    episode: str | None = typer.Option(None, "--episode", help="collect/eval: the episode to show in full (its id)"),
+    failed: bool = typer.Option(False, "--failed", help="collect/eval: list only the episodes that were not won"),
 ) -> None:
-    """Show a sampled episode with its skill and, per response token, ℓ_skill − ℓ_old and the gate, coloured."""
+    """Read a run's episodes. Collect or eval run: a table of its episodes (id, category, won, score, length), then
+    one in full (turns, observations, actions, validity, reward, score). Rl run: a sampled episode with its skill
+    and, per response token, ℓ_skill − ℓ_old and the gate, coloured."""
     try:
-        from seedcli.rl.inspect import show_samples
+        from seedcli.inspection import inspect_run
 
-        show_samples(run, step)
+        inspect_run(run, step=step, episode=episode, failed=failed)
     except UserError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from seedcli.errors import UserError
 
@@ -26,6 +26,10 @@ CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 def _nohash(description: str, default: Any = None, **kw: Any) -> Any:
     """A field that does not change what a run computes (resume flags, worker counts): left out of the config hash."""
     return Field(default, description=description, json_schema_extra={"hash": False}, **kw)
+
+
+# marks a field whose default is the environment's (`_env_defaults`): the CLI's help says so instead of one number
+_ENV_DEFAULT = {"env_default": True}
 
 
 class StageConfig(BaseModel):
@@ -90,7 +94,9 @@ class RolloutConfig(StageConfig):
     env: str = Field("alfworld", description="environment: alfworld | webshop | search (`seed envs` lists them)")
     env_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="environment-specific options (search: corpus, search_url)",
+        description="environment options as a YAML mapping, e.g. '{topk: 5, limit: 20}' (alfworld: none; webshop: "
+        "goal_seed; search: corpus, search_url, datasets, limit, topk, timeout, max_retries; types, defaults and "
+        "ranges: `seed envs`)",
         json_schema_extra={"hash": "if_set"},
     )
     data_root: str | None = Field(
@@ -99,8 +105,20 @@ class RolloutConfig(StageConfig):
     model: str | None = Field(None, description="policy model directory (Hugging Face format)")
     engine: Literal["hf", "vllm"] = Field("hf", description="generation back end: transformers or vLLM")
     device: str = _nohash("device for the hf engine: auto | cpu | cuda", "auto")
-    max_steps: int = Field(30, ge=1, description="steps per episode before it ends unwon (default: the env's)")
-    history: int = Field(5, ge=0, description="observation/action pairs of history shown in the prompt (env's)")
+    max_steps: int = Field(
+        30,
+        ge=1,
+        description="steps per episode before it ends unwon (default: the environment's: alfworld 30, webshop 15, "
+        "search 4)",
+        json_schema_extra=_ENV_DEFAULT,
+    )
+    history: int = Field(
+        5,
+        ge=0,
+        description="observation/action pairs of history shown in the prompt (default: the environment's: "
+        "alfworld 5, webshop 2, search 4)",
+        json_schema_extra=_ENV_DEFAULT,
+    )
     temperature: float = Field(0.4, ge=0.0, description="sampling temperature (0 = greedy)")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
     max_new_tokens: int = Field(512, ge=1, description="generated tokens per turn")
@@ -113,7 +131,10 @@ class RolloutConfig(StageConfig):
         from seedcli.envs import ENV_NAMES
 
         if str(v).strip().lower() not in ENV_NAMES:
-            raise ValueError(f"unknown environment {v!r}: use one of {', '.join(ENV_NAMES)}")
+            raise ValueError(
+                f"unknown environment {v!r}{nearest(str(v).strip().lower(), ENV_NAMES)} (use one of "
+                f"{', '.join(ENV_NAMES)}; `seed envs` lists them)"
+            )
         return str(v).strip().lower()
 
     @field_validator("env_options", mode="before")
@@ -121,8 +142,32 @@ class RolloutConfig(StageConfig):
     def _options_text(cls, v: Any) -> Any:
         # `--env-options '{search_url: http://host:8000}'` arrives as text: read it as YAML
         if isinstance(v, str):
-            v = yaml.safe_load(v) if v.strip() else {}
-        return {} if v is None else v
+            try:
+                v = yaml.safe_load(v) if v.strip() else {}
+            except yaml.YAMLError as exc:
+                problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+                raise ValueError(
+                    f"{v!r} is not a YAML mapping ({problem}); write it as '{{topk: 5, limit: 20}}'"
+                ) from None
+        v = {} if v is None else v
+        if not isinstance(v, dict):
+            raise ValueError(f"{v!r} is not a mapping of option names to values; write it as '{{topk: 5}}'")
+        return v
+
+    @field_validator("env_options")
+    @classmethod
+    def _options_known(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # checked against the environment's declared options (type, range, name) before anything runs; kept as
+        # given, so the config and its hash are what the user wrote (the environment normalises them when built)
+        env = info.data.get("env")
+        if v and env is not None:
+            from seedcli.envs import env_class
+
+            try:
+                env_class(env).check_options(v)
+            except UserError as exc:
+                raise ValueError(str(exc)) from None
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -133,10 +178,25 @@ class RolloutConfig(StageConfig):
 class CollectConfig(RolloutConfig):
     """`seed collect`: the base policy plays training games; every episode becomes a trajectory."""
 
-    split: str = Field("train", description="ALFWorld split: train | seen (valid_seen) | unseen (valid_unseen)")
-    tasks: int = Field(180, ge=1, description="games to play, balanced over the six task types")
-    rollouts: int = Field(8, ge=1, description="episodes per game (a group)")
-    task_types: list[str] | None = Field(None, description="restrict to these task types (pick, look, clean, ...)")
+    split: str = Field(
+        "train",
+        description="tasks to play: alfworld train | seen | unseen; webshop train | test; search train | dev | test "
+        "or a JSONL file of questions (default: the environment's training split)",
+        json_schema_extra=_ENV_DEFAULT,
+    )
+    tasks: int = Field(
+        180,
+        ge=1,
+        description="tasks to play, balanced over the environment's categories (alfworld: its six task types; "
+        "webshop: product categories; search: data sources)",
+    )
+    rollouts: int = Field(8, ge=1, description="episodes per task (a group)")
+    task_types: list[str] | None = Field(
+        None,
+        description="play only these categories, comma-separated (alfworld task types: pick, look, clean, heat, "
+        "cool, pick_two; webshop: beauty, electronics, fashion, garden, grocery; search: data sources, e.g. "
+        "hotpotqa_train)",
+    )
 
     @field_validator("task_types", mode="before")
     @classmethod
@@ -227,14 +287,25 @@ class RLConfig(RolloutConfig):
     save_every: int = _nohash("checkpoint every N updates", 10, ge=1)
     gpus: int = _nohash("GPUs (torchrun); 0 = CPU", 0, ge=0)
     nproc: int = _nohash("CPU processes (DDP over gloo)", 1, ge=1)
-    split: str = Field("train", description="games to train on")
+    split: str = Field(
+        "train",
+        description="tasks to train on (default: the environment's training split)",
+        json_schema_extra=_ENV_DEFAULT,
+    )
     analyzer_max_new_tokens: int = Field(512, ge=1, description="tokens of the self-analyzer's skill JSON (greedy)")
     analysis_max_chars: int = Field(
         24000, ge=1000, description="analysis prompts longer than this drop their oldest steps (fits the context)"
     )
-    val_split: str = Field("seen", description="validation tasks (ALFWorld: seen | unseen; default: the env's)")
+    val_split: str = Field(
+        "seen",
+        description="validation tasks (default: the environment's: alfworld seen, webshop test, search dev)",
+        json_schema_extra=_ENV_DEFAULT,
+    )
     advantage_norm: Literal["mean_std", "mean"] = Field(
-        "mean_std", description="GRPO group normalisation: mean_std | mean (default: the env's; WebShop: mean)"
+        "mean_std",
+        description="GRPO group normalisation: mean_std | mean (default: the environment's: alfworld and search "
+        "mean_std, webshop mean)",
+        json_schema_extra=_ENV_DEFAULT,
     )
     val_temperature: float = Field(0.4, ge=0.0, description="sampling temperature for validation episodes")
     sample_every: int = _nohash(
@@ -293,12 +364,16 @@ class EvalConfig(RolloutConfig):
     """`seed eval`: play every game of valid_seen or valid_unseen once and report success per task type."""
 
     split: str = Field(
-        "unseen", description="ALFWorld: seen (valid_seen, 140 games) | unseen (valid_unseen, 134); webshop: test"
+        "unseen",
+        description="split to evaluate: alfworld unseen (valid_unseen, 134 games) | seen (valid_seen, 140); webshop "
+        "test (500 goals); search test | dev, or a JSONL file of questions in FlashRAG's fields (default: the "
+        "environment's first: unseen, test, test)",
+        json_schema_extra=_ENV_DEFAULT,
     )
     from_run: str | None = Field(None, description="sft or rl run (or a checkpoint inside one) to evaluate")
     policy: Literal["model", "expert", "random"] = Field("model", description="model | expert | random")
     limit: int | None = Field(
-        None, ge=1, description="evaluate only N games (search: N per data source); the result is marked partial"
+        None, ge=1, description="evaluate only N tasks (search: N per data source); the result is marked partial"
     )
     datasets: list[str] | None = Field(
         None,
@@ -463,7 +538,7 @@ def _resume_values(stage: str, run_dir: Path, given: dict[str, Any], source: str
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"]) or "?"
-        raise UserError(f"{stage} config ({source}): field '{loc}': {err['msg']}") from None
+        raise UserError(f"{stage} config ({source}): field '{loc}': {_message(err)}") from None
     differ = sorted(k for k in given if k not in unhashed and k in saved and normal[k] != saved[k])
     if differ:
         shown = ", ".join(f"{k} (run: {saved[k]!r}, given: {normal[k]!r})" for k in differ)
@@ -526,7 +601,12 @@ def build_config(
         hint = ""
         if err["type"] == "extra_forbidden":
             hint = f"{nearest(loc, list(cls.model_fields))} (valid keys: {', '.join(cls.model_fields)})"
-        raise UserError(f"{stage} config ({source} + options): field '{loc}': {err['msg']}{hint}") from None
+        raise UserError(f"{stage} config ({source} + options): field '{loc}': {_message(err)}{hint}") from None
+
+
+def _message(err: Any) -> str:
+    """pydantic's message of one error, without the "Value error, " it puts before our validators' own text."""
+    return str(err["msg"]).removeprefix("Value error, ")
 
 
 def to_yaml(cfg: BaseModel) -> str:

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import orjson
 
-from seedcli.artifacts import atomic_write_bytes
+from seedcli.atomic import atomic_write_bytes
 from seedcli.errors import UserError
 
 LOGGERS = ("jsonl", "tensorboard", "wandb")

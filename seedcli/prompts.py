@@ -1,7 +1,9 @@
-"""Versioned prompt templates: ALFWorld's agent turn prompt, the skill-augmented variant, and the analysis prompt.
+"""Versioned prompt text every environment shares: the skill block of the skill-augmented prompt, and the analysis
+prompt (annotate, sft and rl render it for every environment).
 
-Other environments render their own agent prompts (`Environment.render_prompt`); the analysis prompt is shared and
-opens with the environment's `analysis_description`.
+Each environment renders its own agent prompt (`Environment.render_prompt`, in `seedcli/envs/<name>/`); the analysis
+prompt opens with the environment's `analysis_description`, which its callers hand in. Nothing here imports an
+environment: environments import this module, never the reverse.
 
 Every record stores the version of the template that produced it, so a changed template never silently mixes with
 old data: bump the version whenever the rendered text changes.
@@ -9,81 +11,28 @@ old data: bump the version whenever the rendered text changes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from seedcli.envs.base import SKILL_HEADING, SKILL_INSTRUCTION, insert_after_line, parse_think_action
-
-AGENT_PROMPT_VERSION = "alfworld-agent-v1"
 ANALYSIS_PROMPT_VERSION = "analysis-v1"
 
-TASK_LINE_PREFIX = "Your task is to: "
-
-_AGENT_HEAD = "You are an expert agent operating in the ALFRED Embodied Environment. " + TASK_LINE_PREFIX + "{task}\n"
-
-_AGENT_HISTORY = (
-    "Prior to this step, you have already taken {taken} step(s). Below are the most recent {shown} observations "
-    "and the corresponding actions you took:\n{history}\n"
-)
-
-_AGENT_TAIL = (
-    "You are now at step {step} and your current observation is: {observation}\n"
-    "Your admissible actions of the current situation are: [{admissible}].\n\n"
-    "Now it's your turn to take an action.\n"
-    "You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed "
-    "within <think> </think> tags.\n"
-    "Once you've finished your reasoning, you should choose an admissible action for current step and present it "
-    "within <action> </action> tags."
-)
-
-__all__ = ["SKILL_HEADING", "SKILL_INSTRUCTION"]  # re-exported from seedcli.envs.base
+SKILL_HEADING = "Episode-Level Skill"
+SKILL_INSTRUCTION = "Use the following skill, learned in hindsight from this kind of task, to choose your actions."
 
 
-def render_agent_prompt(
-    task: str,
-    observation: str,
-    admissible: Sequence[str],
-    step: int,
-    history: Sequence[tuple[str, str]],
-    history_length: int,
-) -> str:
-    """The user message of one turn (DESIGN.md §2). `step` counts from 1; `history` holds (observation, action)
-    pairs of all earlier turns, of which the last `history_length` are shown. The first turn has no history block."""
-    text = _AGENT_HEAD.format(task=task)
-    shown = list(history)[-history_length:] if history_length > 0 else []
-    if shown:
-        first = len(history) - len(shown) + 1
-        lines = []
-        for i, (obs, action) in enumerate(shown):
-            lines.append(f"[Observation {first + i}: '{obs}', Action {first + i}: '{action}']")
-        text += _AGENT_HISTORY.format(taken=len(history), shown=len(shown), history="\n".join(lines))
-    admissible_text = ", ".join(f"'{a}'" for a in admissible if a != "help")
-    return text + _AGENT_TAIL.format(step=step, observation=observation, admissible=admissible_text)
-
-
-def insert_skill(prompt: str, skill: str, task_line_prefix: str = TASK_LINE_PREFIX) -> str:
-    """The skill-augmented prompt: the skill block goes right after the task line (DESIGN.md §1, Stage 2 step 3).
-    Other environments: `get_env(name).insert_skill` (their task line differs)."""
-    return insert_after_line(prompt, task_line_prefix, skill)
-
-
-def parse_action(response: str) -> tuple[str, bool]:
-    """ALFWorld's (action, valid) of a response. Valid when both tags are present and the action is non-empty; the
-    action is lower-cased and stripped. An invalid turn still sends its action text (possibly empty) to the game.
-    Other environments: `get_env(name).parse_action`."""
-    return parse_think_action(response)
-
-
-def format_response(think: str, action: str) -> str:
-    """A well-formed agent response; used by the warm start and by tests."""
-    return f"<think>{think}</think>\n<action>{action}</action>"
+def insert_after_line(prompt: str, prefix: str, skill: str) -> str:
+    """`prompt` with the skill block inserted after the line holding `prefix` (the first one): the skill-augmented
+    prompt (DESIGN.md §1, Stage 2 step 3); each environment names its task line (`Environment.insert_skill`)."""
+    start = prompt.find(prefix)
+    if start < 0:
+        raise ValueError("prompt has no task line to insert a skill after")
+    end = prompt.find("\n", start)
+    end = len(prompt) if end < 0 else end + 1
+    block = f"\n## {SKILL_HEADING}\n{SKILL_INSTRUCTION}\n{skill.strip()}\n\n"
+    return prompt[:end] + block + prompt[end:]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Analysis prompt (annotate, sft and rl share it)
-
-ALFWORLD_ANALYSIS_DESCRIPTION = (
-    "You are an expert analyst of embodied agents in the ALFRED household environment (ALFWorld)."
-)
 
 _ANALYSIS_HEAD = (
     "{description} Read the episode "
@@ -118,7 +67,7 @@ def render_analysis_prompt(
     turns: Iterable[dict],
     max_chars: int | None = None,
     *,
-    description: str = ALFWORLD_ANALYSIS_DESCRIPTION,
+    description: str,
     score: float | None = None,
 ) -> str:
     """The analyzer's user message for one finished episode. `turns` yields dicts with `observation`, `response` and
@@ -140,10 +89,10 @@ def render_analysis_prompt(
         body = "\n\n".join(steps)
         if cut:
             body = f"[{cut} earlier step(s) omitted]\n\n" + body
-        head = _ANALYSIS_HEAD.format(description=description, task=task, outcome=outcome, length=len(rendered), steps=body)
-        return head + (
-            _ANALYSIS_TAIL.format(kind=kind)
+        head = _ANALYSIS_HEAD.format(
+            description=description, task=task, outcome=outcome, length=len(rendered), steps=body
         )
+        return head + (_ANALYSIS_TAIL.format(kind=kind))
 
     text = build(rendered, 0)
     cut = 0
@@ -158,37 +107,14 @@ def analysis_turns(trajectory) -> list[dict]:
     return [{"observation": t.observation, "response": t.response, "valid": t.valid} for t in trajectory.turns]
 
 
-def render_trajectory_analysis(trajectory, max_chars: int | None = None) -> str:
-    """The analysis prompt of a Trajectory record, described for its own environment."""
-    from seedcli.envs import get_env
-
-    env = get_env(trajectory.env)
+def render_trajectory_analysis(trajectory, max_chars: int | None = None, *, description: str) -> str:
+    """The analysis prompt of a Trajectory record; `description` is the `analysis_description` of the environment
+    the trajectory was played in (`trajectory.env`)."""
     return render_analysis_prompt(
         trajectory.task,
         trajectory.won,
         analysis_turns(trajectory),
         max_chars,
-        description=env.analysis_description,
+        description=description,
         score=trajectory.score,
     )
-
-
-def tokenizer_corpus() -> list[str]:
-    """Template text for training the tiny tokenizer, so prompt boilerplate compresses to few tokens."""
-    sample_history = [("You arrive at countertop 1. On the countertop 1, you see a apple 1.", "take apple 1 from countertop 1")]
-    agent = render_agent_prompt(
-        "put a clean apple in fridge.",
-        "You pick up the apple 1 from the countertop 1.",
-        ["go to fridge 1", "go to sinkbasin 1", "inventory", "look", "examine apple 1"],
-        2,
-        sample_history,
-        5,
-    )
-    analysis = render_analysis_prompt(
-        "put a clean apple in fridge.",
-        True,
-        [{"observation": "You arrive at sinkbasin 1.", "response": format_response("clean it", "clean apple 1 with sinkbasin 1"), "valid": True}],
-    )
-    failure = render_analysis_prompt("put a hot mug in cabinet.", False, [])
-    skill = insert_skill(agent, "First find the object, take it, then go to the target receptacle and put it there.")
-    return [agent, analysis, failure, skill, SCHEMA_REMINDER]

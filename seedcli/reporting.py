@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -277,8 +277,31 @@ def _metric_cell(results: dict, key: str) -> str:
     return _pct(v) if "success" in key else _num(None if v is None else 100 * v)
 
 
+def metric_text(results: dict, key: str) -> str:
+    """A results.json metric as reports show it: success as a percentage, a score ×100 ("88.5")."""
+    return _metric_cell(results, key)
+
+
 def _metric_label(key: str, env: type[Environment]) -> str:
     return env.metric_labels.get(key) or key.replace("_", " ")
+
+
+class _Measure(NamedTuple):
+    headline: str  # results.json key of the environment's headline (its first metric label)
+    per_category: str  # the per-category key behind it: success_rate or mean_score
+    overall: str  # the bar beside the categories in a comparison: "Macro", "All goals", "Average"
+    axis: str  # the y-axis label
+
+
+def _measure(env: type[Environment]) -> _Measure:
+    """How a comparison shows the environment's headline: ALFWorld success per task type and the macro average,
+    WebShop score per category and over all goals, search exact match per data source and their average."""
+    headline = next(iter(env.metric_labels))
+    label = _metric_label(headline, env).split(" (")[0]
+    if headline.endswith("_success"):
+        return _Measure(headline, "success_rate", "Macro" if headline.startswith("macro") else "All", "success rate")
+    overall = "Average" if headline.startswith("macro") else f"All {_plural(env.task_noun)}"
+    return _Measure(headline, "mean_score", overall, label)
 
 
 def render_report(results: dict, *, title: str, model_desc: str, run_id: str) -> str:
@@ -298,15 +321,24 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
         f"{results.get('expected_games', '?')} {_plural(env.task_noun)})"
     )
     lines.append(f"- Model: {model_desc}")
+    lines += setup_lines(results)
     lines.append(f"- Run: {run_id}")
     warn = partial_line(results)
     if warn:
         lines += ["", f"> **{warn}.**"]
     score_head, score_rule = (f" {score_name} |", "--:|") if with_score else ("", "")
     success_head, success_rule = (" Success |", "--:|") if with_success or not with_score else ("", "")
+    heading = "Success" if with_success or not with_score else score_name
+    if with_score and with_success:
+        heading = f"{score_name} and success"  # WebShop: the score is the headline, success beside it
+    headline = next(iter(env.metric_labels))
+
+    def cell(key: str, text: str) -> str:
+        return f" **{text}** |" if key == headline else f" {text} |"
+
     lines += [
         "",
-        f"## {'Success' if with_success or not with_score else score_name} by {noun}",
+        f"## {heading} by {noun}",
         "",
         f"| {noun.capitalize()} | {_plural(env.task_noun).capitalize()} | Wins |{success_head}{score_head}",
         f"|---|--:|--:|{success_rule}{score_rule}",
@@ -317,17 +349,20 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
         score = f" {_num(None if row.get('mean_score') is None else 100 * row['mean_score'])} |" if with_score else ""
         success = f" {_pct(row['success_rate'])} |" if success_head else ""
         lines.append(f"| {type_name(t, env)} | {row['games']} | {row['wins']} |{success}{score}")
-    macro_score = f" {_metric_cell(results, 'macro_score')} |" if with_score else ""
-    micro_score = f" {_metric_cell(results, 'mean_score')} |" if with_score else ""
-    macro_success = f" **{_pct(results['macro_success'])}** |" if success_head else ""
-    micro_success = f" {_pct(results.get('micro_success'))} |" if success_head else ""
-    if not success_head:
-        macro_score = f" **{_metric_cell(results, 'macro_score')}** |"
-    lines.append(f"| **Macro average** | | |{macro_success}{macro_score}")
-    lines.append(
-        f"| Micro average | {results.get('episodes', 0)} | {results.get('wins', '—')} |{micro_success}{micro_score}"
+    # the environment's headline in bold: ALFWorld macro success, WebShop score (all goals), search the average
+    macro_score = cell("macro_score", _metric_cell(results, "macro_score")) if with_score else ""
+    micro_score = cell("mean_score", _metric_cell(results, "mean_score")) if with_score else ""
+    macro_success = cell("macro_success", _pct(results["macro_success"])) if success_head else ""
+    micro_success = cell("micro_success", _pct(results.get("micro_success"))) if success_head else ""
+    macro_name, micro_name = (
+        ("**Macro average**", "Micro average")
+        if headline.startswith("macro")
+        else ("Macro average", "**Micro average**")
     )
-    headline = next(iter(env.metric_labels))
+    lines.append(f"| {macro_name} | | |{macro_success}{macro_score}")
+    lines.append(
+        f"| {micro_name} | {results.get('episodes', 0)} | {results.get('wins', '—')} |{micro_success}{micro_score}"
+    )
     lines += [
         "",
         f"Macro = mean over the {results.get('macro_types', '?')} {_plural(noun)} that had {_plural(env.task_noun)}; "
@@ -353,8 +388,8 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
     else:
         known = ", ".join(env.paper_results) or "none"
         lines.append(f"The paper reports no {env.title} numbers for split `{split}` (only {known}).")
-    if env.offline_note:
-        lines += ["", env.offline_note]
+    if env.offline_note and not _options(results).get("search_url"):
+        lines += ["", env.offline_note]  # it speaks of the offline corpus, which a search_url run did not use
 
     invalid = results.get("invalid_turns")
     turns = results.get("turns")
@@ -373,9 +408,40 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
     return "\n".join(lines)
 
 
+def _options(results: dict) -> dict:
+    setup = results.get("setup")
+    options = setup.get("env_options") if isinstance(setup, dict) else None
+    return options if isinstance(options, dict) else {}
+
+
+def setup_lines(results: dict) -> list[str]:
+    """Report lines on what the numbers depend on beyond the model: the retriever (search), env options, data."""
+    setup = results.get("setup")
+    if not isinstance(setup, dict):
+        return []  # results written before seedcli recorded it
+    options = _options(results)
+    lines = []
+    if options.get("search_url"):
+        lines.append(
+            f"- Retriever: {options['search_url']} (`env_options.search_url`, a Search-R1 /retrieve server); "
+            "whether it serves wiki-18's 21M passages, as the paper's does, is up to that server"
+        )
+    elif _env_of(results).name == "search":
+        corpus = options.get("corpus") or (f"{setup['data_root']}/corpus.jsonl" if setup.get("data_root") else "?")
+        lines.append(f"- Retriever: in-process BM25 over {corpus}")
+    shown = {k: v for k, v in options.items() if k not in ("search_url", "corpus")}
+    if shown:
+        lines.append("- Environment options: " + ", ".join(f"{k}={v}" for k, v in sorted(shown.items())))
+    if setup.get("data_root"):
+        lines.append(f"- Data: {setup['data_root']}")
+    return lines
+
+
 def _all_types(results_list: list[tuple[str, dict]]) -> list[str]:
+    """Categories that some run played, in the environment's order (sources without data are left out)."""
     env = _env_of(results_list[0][1]) if results_list else None
-    return _ordered_types((t for _, r in results_list for t in r["categories"]), env)
+    played = {t for _, r in results_list for t, row in r["categories"].items() if row.get("games")}
+    return [t for t in _ordered_types((t for _, r in results_list for t in r["categories"]), env) if t in played]
 
 
 def compare_runs(results_list: list[tuple[str, dict]]) -> str:
@@ -397,18 +463,33 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
 
     row("Split", [r["split"] for _, r in results_list])
     row("Games", [f"{r.get('episodes', 0)} / {r.get('expected_games', '?')}" for _, r in results_list])
+    measure = _measure(env)
     for t in _all_types(results_list):
         cells = []
         for _, r in results_list:
             cell = r["categories"].get(t)
-            cells.append(
-                f"{_pct(cell['success_rate'])} ({cell['wins']}/{cell['games']})" if cell and cell["games"] else "—"
-            )
+            value = _pct(cell["success_rate"]) if measure.per_category == "success_rate" else None
+            if cell and cell["games"] and value is None:
+                value = _num(None if cell.get("mean_score") is None else 100 * cell["mean_score"])
+            cells.append(f"{value} ({cell['wins']}/{cell['games']})" if cell and cell["games"] else "—")
         row(type_name(t, env), cells)
-    row("**Macro**", [f"**{_pct(r['macro_success'])}**" for _, r in results_list])
-    row("Micro", [_pct(r.get("micro_success")) for _, r in results_list])
-    if "mean_score" in env.metric_labels:
-        row("Score", [_metric_cell(r, "mean_score") for _, r in results_list])
+
+    def bold(key: str, name: str, cells: list[str]) -> None:
+        """The environment's headline row in bold."""
+        if key == measure.headline:
+            row(f"**{name}**", [f"**{c}**" for c in cells])
+        else:
+            row(name, cells)
+
+    if any(k.endswith("_success") for k in env.metric_labels):
+        bold("macro_success", "Macro", [_pct(r["macro_success"]) for _, r in results_list])
+        bold("micro_success", "Micro", [_pct(r.get("micro_success")) for _, r in results_list])
+        if "mean_score" in env.metric_labels:
+            bold("mean_score", "Score", [_metric_cell(r, "mean_score") for _, r in results_list])
+    else:  # search: exact match is the only measure; one row per way of averaging it
+        for key in env.metric_labels:
+            name = _metric_label(key, env)
+            bold(key, name[:1].upper() + name[1:], [_metric_cell(r, key) for _, r in results_list])
     row("Mean length", [_num(r.get("mean_episode_length")) for _, r in results_list])
     notes = []
     splits = {r["split"] for _, r in results_list}
@@ -474,17 +555,8 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
     bars = ax.bar(names, heights, color=colors)
     rows = [results["categories"][t] for t in types]
     labels = [f"{r['wins']}/{r['games']}" if r["games"] else "none" for r in rows] + [_pct(rates[-1])]
-    for bar, label in zip(bars, labels, strict=True):
-        ax.annotate(
-            label,
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-            xytext=(0, 2),
-            textcoords="offset points",
-        )
     with_success = any(k.endswith("_success") for k in env.metric_labels)
+    scores: list[float | None] = [None] * len(names)
     if "mean_score" in env.metric_labels and with_success:
         scores = [results["categories"][t].get("mean_score") for t in types] + [results.get("macro_score")]
         ax.plot(
@@ -494,8 +566,23 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
             color="#55A868",
             label="mean score",
         )
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a bar's label
+    for bar, label, score in zip(bars, labels, scores, strict=True):
+        top, offset = bar.get_height(), 2
+        if score is not None and score >= top - 0.04:  # the score mark sits on or above the bar: label above it
+            top, offset = max(top, score), 7
+        ax.annotate(
+            label,
+            (bar.get_x() + bar.get_width() / 2, top),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, offset),
+            textcoords="offset points",
+        )
     _percent_axis(ax)
+    if any(x is not None for x in scores):
+        ax.set_ylim(0, 1.15)  # room for a label above a score mark at 100%
     # success and score are one number where the env reports no success (search: exact match, 0 or 1)
     measure = "success" if with_success else _metric_label(next(iter(env.metric_labels)), env).split(" (")[0]
     ax.set_ylabel(measure if with_success else measure + " (= success)")
@@ -509,29 +596,94 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
     return _save_png(fig, path)
 
 
+def _tick_labels(ax, names: list[str]) -> None:
+    """Category names under the bars, slanted when they would otherwise run together."""
+    if len(names) > 8 or sum(len(n) for n in names) > 70:
+        ax.tick_params(axis="x", labelsize=8)
+        for label in ax.get_xticklabels():
+            label.set_rotation(30)
+            label.set_horizontalalignment("right")
+            label.set_rotation_mode("anchor")
+
+
 def plot_compare(results_list: list[tuple[str, dict]], path: Path) -> Path:
-    """Grouped bar chart: one group per task type plus macro, one bar per run."""
+    """Grouped bar chart of the environment's headline measure: one group per category that some run played plus
+    the overall value (ALFWorld: success and its macro average; WebShop: score and all goals; search: exact match
+    and the average over data sources), one bar per run."""
     if not results_list:
         raise UserError("nothing to compare: pass at least one eval run")
     types = _all_types(results_list)
     env = _env_of(results_list[0][1])
-    groups = [type_name(t, env) for t in types] + ["Macro"]
+    measure = _measure(env)
+    groups = [type_name(t, env) for t in types] + [measure.overall]
     fig = _new_figure(max(8, 1.2 * len(groups) * max(1, len(results_list)) / 2), 4.5)
     ax = fig.add_subplot()
     width = 0.8 / len(results_list)
     for i, (label, r) in enumerate(results_list):
-        rates = [(r["categories"].get(t) or {}).get("success_rate") for t in types] + [r["macro_success"]]
+        values = [(r["categories"].get(t) or {}).get(measure.per_category) for t in types]
+        values.append(r.get(measure.headline))
         xs = [g + (i - (len(results_list) - 1) / 2) * width for g in range(len(groups))]
-        ax.bar(xs, [x if x is not None else 0.0 for x in rates], width, label=_marked(label, r))
+        ax.bar(xs, [x if x is not None else 0.0 for x in values], width, label=_marked(label, r))
     ax.set_xticks(range(len(groups)), groups)
+    _tick_labels(ax, groups)
     _percent_axis(ax)
-    ax.set_ylabel("success rate")
+    if measure.per_category == "mean_score":  # a score reads 0-100, as the reports print it
+        from matplotlib.ticker import FuncFormatter
+
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{100 * v:.0f}"))
+    ax.set_ylabel(measure.axis)
     splits = sorted({r["split"] for _, r in results_list})
-    title = f"{env.title}: success by {env.category_label} — {', '.join(splits)}"
+    title = f"{env.title}: {measure.axis.removesuffix(' rate')} by {env.category_label} — {', '.join(splits)}"
     if any(partial_line(r) for _, r in results_list):
         title += " (PARTIAL runs marked)"
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save_png(fig, path)
+
+
+def plot_histogram(
+    values: list[float],
+    path: Path,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    color: str = "tab:blue",
+    log: bool = False,
+    bins: int = 60,
+) -> Path:
+    """A histogram with a vertical line at 0 (e.g. per-token score shifts ℓ_skill − ℓ_old); `log`: log counts."""
+    fig = _new_figure(7, 3.5)
+    ax = fig.add_subplot()
+    ax.hist(values, bins=bins, color=color, alpha=0.85)
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    return _save_png(fig, path)
+
+
+def plot_lines(
+    lines: list[tuple[list[float], list[float], str, float | None]],
+    path: Path,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> Path:
+    """Thin curves on one panel, each (xs, ys, label, alpha or None), with a legend (e.g. a loss per batch)."""
+    fig = _new_figure(7, 3.5)
+    ax = fig.add_subplot()
+    for xs, ys, label, alpha in lines:
+        ax.plot(xs, ys, linewidth=0.8, alpha=alpha, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return _save_png(fig, path)
 
 
@@ -704,15 +856,56 @@ def _run_label(run: Path) -> str:
     return label
 
 
+def _read_manifest_dict(run_dir: Path) -> dict:
+    try:
+        data = orjson.loads((run_dir / "manifest.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _model_name(model: str) -> str:
+    """A short name for a model directory: its own name, or the checkpoint's for `.../step_000120/model`."""
+    parts = [p for p in Path(str(model)).parts if p not in ("model", "/", ".")]
+    return parts[-1] if parts else str(model)
+
+
+def eval_label(run: str | Path, results: dict) -> str:
+    """A comparison's name for an eval run: its policy (expert, random) or its model, named by the run it came from
+    and that run's algorithm (e.g. 'SEED rl', 'GRPO rl step_000040', 'sft'), else the model directory's name."""
+    run = Path(run)
+    d = run if run.is_dir() else run.parent
+    manifest = _read_manifest_dict(d)
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    agent = results.get("agent") if isinstance(results.get("agent"), dict) else {}
+    policy = config.get("policy") or agent.get("policy") or "model"
+    if policy != "model":
+        return f"{policy} policy" if isinstance(policy, str) else "mixed policies"
+    inputs = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
+    source = next((i for i in inputs if isinstance(i, dict) and i.get("stage") in ("sft", "rl")), None)
+    if source is not None:
+        algo = (_read_manifest_dict(Path(str(source.get("path", "")))).get("config") or {}).get("algo")
+        label = f"{algo.upper()} {source['stage']}" if isinstance(algo, str) else str(source["stage"])
+        checkpoint = Path(str(config.get("from_run") or "")).name
+        return f"{label} {checkpoint}" if checkpoint.startswith("step_") else label
+    model = config.get("model") or agent.get("model_id")
+    return _model_name(model) if isinstance(model, str) and model else _run_label(run)
+
+
 def report_command(run_dirs: list[str | Path], out_dir: str | Path) -> dict[str, Path]:
     """`seed report RUN...`: compare.md + compare.png over the runs' results.json; with one run also report.md."""
     loaded = [(Path(r), load_results(r)) for r in run_dirs]
     if not loaded:
         raise UserError("seed report: pass at least one eval run directory")
+    names = [eval_label(run, res) for run, res in loaded]
+    # runs of the same policy/model are told apart by their run directory
+    names = [
+        f"{name} · {(run if run.is_dir() else run.parent).resolve().name}" if names.count(name) > 1 else name
+        for name, (run, _) in zip(names, loaded, strict=True)
+    ]
     labels: dict[str, int] = {}
     results_list = []
-    for run, res in loaded:
-        label = _run_label(run)
+    for label, (_run, res) in zip(names, loaded, strict=True):
         n = labels[label] = labels.get(label, 0) + 1
         results_list.append((label if n == 1 else f"{label} #{n}", res))
     out = Path(out_dir)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seedcli.analyzers import analysis_messages
+from seedcli.envs import env_class
 from seedcli.errors import UserError
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION, render_trajectory_analysis
 from seedcli.records import SkillRecord
@@ -182,10 +183,11 @@ def fit_example(
             "and its trajectory is not in the collect run the annotate run read, so it cannot be shortened; "
             "raise --max-length or restore that collect run"
         )
-    prompt = render_trajectory_analysis(traj)
+    description = env_class(traj.env).analysis_description
+    prompt = render_trajectory_analysis(traj, description=description)
     while True:
         # each pass drops exactly the next oldest step (the text shrinks with every step dropped)
-        shorter = render_trajectory_analysis(traj, max_chars=len(prompt) - 1)
+        shorter = render_trajectory_analysis(traj, max_chars=len(prompt) - 1, description=description)
         if len(shorter) >= len(prompt):
             return None
         prompt = shorter

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from seedcli.engines.tiny import EOS_TOKEN, build_tiny_model
+from seedcli.envs import sample_texts
 
 # ALFWorld-like chats of clearly different lengths, so batches need padding
 CHATS = [
@@ -26,8 +27,8 @@ CHATS = [
 
 
 def build_test_model(out_dir: Path, seed: int = 0) -> Path:
-    """The default tiny preset (ALFWorld BPE, Qwen2 shape) at `out_dir`."""
-    return build_tiny_model(out_dir, preset="tiny", seed=seed)
+    """The default tiny preset (BPE on the environments' data text, Qwen2 shape) at `out_dir`."""
+    return build_tiny_model(out_dir, preset="tiny", seed=seed, corpus=sample_texts())
 
 
 def build_stopping_model(src_dir: Path, out_dir: Path, strength: float = 6.0) -> Path:

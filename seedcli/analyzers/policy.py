@@ -15,6 +15,7 @@ from typing import Any
 
 from seedcli.analyzers import AnalyzerResponse, analysis_messages
 from seedcli.analyzers.parse import ParsedSkill, parse_skill
+from seedcli.envs import env_class
 from seedcli.errors import UserError
 from seedcli.prompts import render_trajectory_analysis
 
@@ -68,10 +69,7 @@ class PolicyAnalyzer:
         path = Path(cfg.model)
         if not (path / "config.json").exists():
             raise UserError(f"--model {path}: no config.json; pass a Hugging Face model directory")
-        try:
-            from seedcli.engines import load_engine
-        except ImportError:  # the package may not re-export it
-            from seedcli.engines.base import load_engine
+        from seedcli.engines import load_engine
 
         engine = load_engine(cfg.engine, path, device=cfg.device, seed=cfg.seed)
         return cls(
@@ -128,7 +126,12 @@ def analyze_with_engine(
 ) -> list[ParsedSkill]:
     """Skills for trajectories (or already-rendered analysis prompts): one generate call for all, then one more for
     those whose answer did not parse, with the schema reminder. `ParsedSkill.kept` says whether each skill is usable."""
-    prompts = [item if isinstance(item, str) else render_trajectory_analysis(item, max_prompt_chars) for item in items]
+    prompts = [
+        item
+        if isinstance(item, str)
+        else render_trajectory_analysis(item, max_prompt_chars, description=env_class(item.env).analysis_description)
+        for item in items
+    ]
     analyzer = PolicyAnalyzer(engine, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     first = analyzer.analyze_batch([analysis_messages(p) for p in prompts])
     parsed = [parse_skill(r.text) for r in first]

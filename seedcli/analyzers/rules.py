@@ -3,7 +3,7 @@
 A baseline so the pipeline runs end to end without an API key or a GPU — not the paper's analyzer (GLM-5.2 writes
 the paper's skills). Each environment writes its own rule (`Environment.rules_skill`): for a success the workflow of
 the decisive actions, for a failure an avoidance rule from what went wrong. ALFWorld's lives in
-`seedcli.envs.alfworld_rules`. It answers with the same JSON text an LLM would, so the same parser
+`seedcli.envs.alfworld.rules`. It answers with the same JSON text an LLM would, so the same parser
 judges it.
 """
 

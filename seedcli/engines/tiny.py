@@ -2,10 +2,13 @@
 
 No model hub is reachable, so everything is built in code:
 
-    build_tiny_model("runs/models/tiny")                           # byte-level BPE trained on ALFWorld text
+    build_tiny_model("runs/models/tiny", corpus=texts)             # byte-level BPE trained on the environments' text
     build_tiny_model("runs/models/tiny-qwen", preset="tiny-qwen")  # the real Qwen2.5 tokenizer (151,936 rows)
 
-The saved directory loads with `AutoModelForCausalLM` / `AutoTokenizer` and with vLLM.
+with `texts = seedcli.envs.tokenizer_texts()` (what `seed model init` passes).
+
+The saved directory loads with `AutoModelForCausalLM` / `AutoTokenizer` and with vLLM. This module knows no
+environment: the text the tiny BPE learns is handed in (`corpus`).
 """
 
 from __future__ import annotations
@@ -113,8 +116,9 @@ def build_tiny_model(
 ) -> Path:
     """Build a random-weight Qwen2ForCausalLM with a real tokenizer and save it in Hugging Face format.
 
-    `preset` picks the tokenizer ("tiny": byte-level BPE of at most 4096 tokens trained on ALFWorld text + `corpus`,
-    ~2.3k on the game text alone; "tiny-qwen": Qwen2.5's own, 151,936 embedding rows);
+    `preset` picks the tokenizer ("tiny": byte-level BPE of at most 4096 tokens trained on the chat boilerplate +
+    `corpus`, the registered environments' text in the CLI (`seedcli.envs.tokenizer_texts()`, or `sample_texts()`
+    for their data alone); "tiny-qwen": Qwen2.5's own, 151,936 embedding rows, `corpus` unused);
     `shape_overrides` are Qwen2Config fields (e.g. `num_hidden_layers=4`). Returns the model directory.
     """
     import torch
@@ -193,7 +197,9 @@ def model_hash(model_dir: str | os.PathLike) -> str:
 
 
 def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = TINY_BPE_VOCAB):
-    """A byte-level BPE (Qwen pre-tokenizer, NFC) trained on every registered environment's sample text plus `corpus`, with Qwen's added tokens and chat template."""
+    """A byte-level BPE (Qwen pre-tokenizer, NFC) trained on the built-in chat text plus `corpus` (in order), with
+    Qwen's added tokens and chat template. `corpus` is what the caller wants compressed: the environments' text
+    (`seedcli.envs.tokenizer_texts()`), which this module does not import."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
@@ -207,7 +213,7 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 
     )
     # the chat roles follow <|im_start|> in every prompt: repeated so they stay single tokens however much
     # environment text competes for the merges
-    texts = [*_BUILTIN_CORPUS, *[_BUILTIN_CORPUS[0]] * 200, *_env_corpus(), *(corpus or [])]
+    texts = [*_BUILTIN_CORPUS, *[_BUILTIN_CORPUS[0]] * 200, *(corpus or [])]
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     return _wrap_tokenizer(tok)
 
@@ -324,10 +330,3 @@ def _wrap_tokenizer(tok):
 
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
-
-
-def _env_corpus() -> list[str]:
-    """Sample text of every registered environment (game observations, pages, questions), from the registry."""
-    from seedcli.envs import sample_texts
-
-    return sample_texts()

@@ -56,6 +56,17 @@ def sample_texts() -> list[str]:
     return texts
 
 
+def template_texts() -> list[str]:
+    """The registered environments' rendered prompt templates (`Environment.template_texts`; reads no data)."""
+    return [text for name in ENV_NAMES for text in get_env(name).template_texts()]
+
+
+def tokenizer_texts() -> list[str]:
+    """What the tiny tokenizer learns besides the chat boilerplate, in order: every registered environment's
+    `sample_texts()`, then their `template_texts()`. Pass it as `build_tiny_model(corpus=...)`."""
+    return [*sample_texts(), *template_texts()]
+
+
 def __getattr__(attr: str) -> Any:
     # Old imports (`from seedcli.envs import EnvPool, list_games, ...`) meant ALFWorld's: keep them working.
     if attr in {
@@ -82,4 +93,6 @@ __all__ = [
     "env_class",
     "get_env",
     "sample_texts",
+    "template_texts",
+    "tokenizer_texts",
 ]

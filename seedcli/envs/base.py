@@ -21,7 +21,7 @@ What an environment supplies (class attributes are constants; methods have a def
     eval        `categories`, `category_names`, `category_label`, `task_noun`, `eval_splits`, `metric_labels`
                 (results.json keys, headline first: macro_success, micro_success, mean_score, macro_score),
                 `paper_model`, `paper_results`, `paper_note`, `offline_note`
-    tokenizer   `sample_texts()`: text the tiny models' tokenizer is trained on
+    tokenizer   `sample_texts()`, `template_texts()`: text the tiny models' tokenizer is trained on
     skills      `canonical_category(name)`: the category a static skill library's key names (aliases allowed)
 
 Environment instances are cheap to make: data is read lazily (in `list_tasks` / `new_game`), so a stage can ask
@@ -39,13 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from seedcli.errors import UserError
+from seedcli.prompts import SKILL_HEADING as SKILL_HEADING  # re-exported: the skill block's text
+from seedcli.prompts import SKILL_INSTRUCTION as SKILL_INSTRUCTION
+from seedcli.prompts import insert_after_line
 
 THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL)
-
-SKILL_HEADING = "Episode-Level Skill"
-SKILL_INSTRUCTION = "Use the following skill, learned in hindsight from this kind of task, to choose your actions."
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +74,16 @@ def find_data_root(
     if root is None or not has_data(root):
         raise UserError(missing(source, root))
     return root.resolve()
+
+
+class EnvOptions(BaseModel):
+    """An environment's options (`env_options`), declared once: one typed field per option, with its range, default
+    and meaning (`Field(description=...)`). The stages check a config's options against it before anything runs,
+    the environment checks them again when it is built, and `seed envs` lists them. This base declares none, so an
+    environment that does not subclass it refuses every option."""
+
+    model_config = ConfigDict(extra="forbid")
+
 
 @dataclass(frozen=True)
 class Task:
@@ -148,10 +160,57 @@ class Environment(ABC):
     limit_per_category: ClassVar[bool] = False  # `seed eval --limit N`: N per category (True) or N in all, balanced
     counted_actions: ClassVar[dict[str, str]] = {}  # label -> action prefix; eval reports their mean per episode
     expert_modes: ClassVar[tuple[Any, ...]] = (False, True)
+    observation_modes: ClassVar[tuple[str, ...]] = ("text",)  # what the agent sees: text, or images too (visual)
+    split_file: ClassVar[str] = ""  # what a split given as a file path holds ("": only the named splits)
+    options_model: ClassVar[type[EnvOptions]] = EnvOptions  # the `env_options` this environment takes
 
     def __init__(self, data_root: str | None = None, **options: Any):
         self.data_root = data_root
-        self.options = options
+        self.options = self.check_options(options)
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any] | None) -> dict[str, Any]:
+        """`options` checked against `options_model` (type, range, known name) and normalised: the options given,
+        None dropped. A bad one is a one-line UserError naming the option, the value and what is wanted."""
+        model = cls.options_model
+        # a name nobody knows is refused even without a value (`{topk:0}` is YAML for {"topk:0": null})
+        given = {str(k): v for k, v in (options or {}).items() if v is not None or str(k) not in model.model_fields}
+        known = list(model.model_fields)
+        takes = (
+            f"{cls.title} takes {', '.join(known)}; `seed envs` describes them"
+            if known
+            else (f"{cls.title} takes no env options")
+        )
+        try:
+            checked = model.model_validate(given)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(x) for x in err["loc"]) or "?"
+            if err["type"] == "extra_forbidden":
+                from difflib import get_close_matches
+
+                close = get_close_matches(key, known, n=1, cutoff=0.5)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                raise UserError(f"unknown {cls.title} option '{key}' in env_options{hint} ({takes})") from None
+            value = given.get(str(err["loc"][0])) if err["loc"] else given
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise UserError(
+                f"{cls.title} env option {key}={value!r}: {msg[:1].lower()}{msg[1:]} (`seed envs` describes {cls.name}'s "
+                "options)"
+            ) from None
+        return checked.model_dump(exclude_unset=True, exclude_none=True)
+
+    @classmethod
+    def option_specs(cls) -> list[tuple[str, str, Any, str]]:
+        """(name, type, default, meaning) of every option, in declaration order (for `seed envs` and help)."""
+        out = []
+        for name, spec in cls.options_model.model_fields.items():
+            annotation = spec.annotation
+            text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+            text = text or str(annotation).replace("typing.", "").replace("NoneType", "None")
+            default = spec.get_default(call_default_factory=True)
+            out.append((name, text, default, spec.description or ""))
+        return out
 
     # -- tasks --------------------------------------------------------------------------------------------------
 
@@ -261,16 +320,10 @@ class Environment(ABC):
         without data returns its templates only."""
         return []
 
-
-def insert_after_line(prompt: str, prefix: str, skill: str) -> str:
-    """`prompt` with the skill block inserted after the line holding `prefix` (the first one)."""
-    start = prompt.find(prefix)
-    if start < 0:
-        raise ValueError("prompt has no task line to insert a skill after")
-    end = prompt.find("\n", start)
-    end = len(prompt) if end < 0 else end + 1
-    block = f"\n## {SKILL_HEADING}\n{SKILL_INSTRUCTION}\n{skill.strip()}\n\n"
-    return prompt[:end] + block + prompt[end:]
+    def template_texts(self) -> list[str]:
+        """Rendered prompt templates the tiny tokenizer also learns (after every environment's `sample_texts`), so
+        prompt boilerplate compresses to few tokens; reads no data."""
+        return []
 
 
 def select_balanced(

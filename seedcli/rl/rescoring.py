@@ -6,25 +6,21 @@ tokens through a model under a context, without gradient: ℓ_old (ordinary prom
 the skill block inserted after the task line, π_old) and ℓ_ref (the frozen starting model). Batches are packed by
 length (`pack_by_length`) and right-padded only to the longest sample of their micro-batch.
 
-Also here: the static skill library (`--analyzer static:FILE`, the SDAR / static-library ablations) and the probe
-that proves the rollout engine holds the trainer's weights.
+Nothing here knows an environment: the stage hands in how a skill is inserted into a prompt (`insert_skill`) and
+the reward convention. The static skill library is in `rl/skill_library.py`; the probe that proves the rollout engine
+holds the trainer's weights is in `rl/engine_sync.py`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from seedcli.envs import get_env
-from seedcli.errors import UserError
 from seedcli.rl.advantages import group_advantages, turn_scores
 from seedcli.rl.logprobs import pack_by_length
-from seedcli.rl.sampler import hash_seed  # noqa: F401 - older imports of it from here
-from seedcli.rl.skill_library import MIN_SKILL_WORDS, SkillLibrary, load_skill_library  # noqa: F401 - moved
 
 # A score function: (input_ids [B, T], attention_mask [B, T], response_mask [B, T]) → per-token log-probs [B, T].
 ScoreFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -86,6 +82,7 @@ def build_turn_samples(
     skills: Sequence[str | None],
     render: Callable[[str], list[int]] | None,
     *,
+    insert_skill: Callable[[str, str], str],
     with_skill_context: bool = True,
     win_reward: float = 10.0,
     invalid_penalty: float = 0.1,
@@ -94,14 +91,14 @@ def build_turn_samples(
     """Turn-samples of `episodes` (Trajectory records) with GRPO advantages: each turn scores
     `win_reward·won − invalid_penalty·invalid`, normalised over all turn-samples of its group (mean and std, or the
     mean only). `skills[i]` is episode i's skill (None: no valid skill, so no teacher context and no OPD on its
-    tokens). Turns without response tokens are dropped. `render=None` leaves the prompts untokenised: render the ones
+    tokens); `insert_skill(prompt, skill)` is the environment's skill-augmented prompt (the block after its task
+    line). Turns without response tokens are dropped. `render=None` leaves the prompts untokenised: render the ones
     this rank needs with `render_samples`."""
     samples: list[TurnSample] = []
     for ei, (ep, skill) in enumerate(zip(episodes, skills, strict=True)):
         for ti, turn in enumerate(ep.turns):
             if not turn.response_ids:
                 continue
-            insert_skill = get_env(getattr(ep, "env", "alfworld")).insert_skill  # after the env's task line
             skill_prompt = insert_skill(turn.prompt, skill) if (skill and with_skill_context) else None
             samples.append(
                 TurnSample(
@@ -251,36 +248,3 @@ def rescore_samples(
         for s, lp in zip(with_skill, scored, strict=True):
             s.skill_logp = lp
     return counts
-
-
-# --------------------------------------------------------------------------------------------- weight-sync probe
-
-
-class WeightSyncError(UserError):
-    """The rollout engine's log-probs disagree with the trainer's after a refresh: its rollouts would be stale."""
-
-
-def probe_agreement(engine_logp: Sequence[float], trainer_logp: Sequence[float]) -> tuple[float, float]:
-    """(mean, max) absolute difference of two per-token log-prob lists of the same probe."""
-    if len(engine_logp) != len(trainer_logp) or not trainer_logp:
-        raise WeightSyncError(
-            f"weight-sync probe: the engine scored {len(engine_logp)} tokens, the trainer {len(trainer_logp)}; "
-            "the engine and the trainer disagree on the probe's tokens"
-        )
-    diffs = [abs(float(a) - float(b)) for a, b in zip(engine_logp, trainer_logp, strict=False)]
-    if any(math.isnan(d) for d in diffs):
-        return math.inf, math.inf
-    return sum(diffs) / len(diffs), max(diffs)
-
-
-def check_probe(engine_logp: Sequence[float], trainer_logp: Sequence[float], tol: float, step: int) -> dict[str, float]:
-    """Raise WeightSyncError when the mean absolute difference exceeds `tol`; else the sync metrics."""
-    mean_diff, max_diff = probe_agreement(engine_logp, trainer_logp)
-    if not mean_diff <= tol:
-        raise WeightSyncError(
-            f"update {step}: after the weight refresh the rollout engine's log-probs on the probe differ from the "
-            f"trainer's by {mean_diff:.4g} on average (max {max_diff:.4g}, tolerance {tol:g}); the engine did not "
-            "receive the new weights, so its rollouts would be stale. Stopped; resume with --resume once fixed "
-            "(raise sync_tol=... only if the difference is numerical noise of a lower-precision engine)"
-        )
-    return {"sync/probe_mean_abs_diff": mean_diff, "sync/probe_max_abs_diff": max_diff}

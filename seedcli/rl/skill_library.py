@@ -1,5 +1,6 @@
 """The static skill library (`--analyzer static:FILE`, the SDAR / static-library ablations): skills per category of
-an environment from a fixed file, instead of the live analyzer. No torch here.
+an environment from a fixed file, instead of the live analyzer. No torch here, and no environment: the stage hands
+in the environment's categories (`SkillCategories`).
 
 Accepted files: a JSON object {category: skill or [skills]}, a JSON list or JSONL of {"category" (or "task_type"),
 "skill"} records, or an annotate run's skills.jsonl (kept records' `episode_skill`). Category names go through the
@@ -10,15 +11,27 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from seedcli.envs import get_env
 from seedcli.errors import UserError
 from seedcli.rl.sampler import hash_seed
 
 MIN_SKILL_WORDS = 5
 _KEYS = ("category", "task_type")
+
+
+@dataclass(frozen=True)
+class SkillCategories:
+    """An environment's categories as a skill library sees them (the stage builds it from the environment):
+    `canonical(name)` is the category a user-written name means (aliases allowed) or None; `known`, `noun` and
+    `owner` word the error for an unknown name ("unknown task type 'x' for ALFWorld; use one of pick, ...")."""
+
+    canonical: Callable[[str], str | None]
+    known: tuple[str, ...] = ()
+    noun: str = "category"
+    owner: str = "this environment"
 
 
 @dataclass
@@ -27,18 +40,17 @@ class SkillLibrary:
 
     path: str
     skills: dict[str, list[str]]
-    env: str = "alfworld"
+    canonical: Callable[[str], str | None] = field(default=lambda name: None, repr=False, compare=False)
 
     def skill_for(self, category: str, episode_id: str) -> str | None:
-        options = self.skills.get(get_env(self.env).canonical_category(category) or category)
+        options = self.skills.get(self.canonical(category) or category)
         if not options:
             return None
         return options[hash_seed("static-skill", episode_id) % len(options)]
 
 
-def load_skill_library(path: str | Path, env: str = "alfworld") -> SkillLibrary:
-    """Read `static:FILE` for environment `env`; every key must name one of its categories."""
-    environment = get_env(env)
+def load_skill_library(path: str | Path, categories: SkillCategories) -> SkillLibrary:
+    """Read `static:FILE`; every key must name one of `categories`."""
     path = Path(path)
     if path.is_dir() and (path / "skills.jsonl").exists():
         path = path / "skills.jsonl"
@@ -72,12 +84,11 @@ def load_skill_library(path: str | Path, env: str = "alfworld") -> SkillLibrary:
 
     skills: dict[str, list[str]] = defaultdict(list)
     for category, skill, where in records:
-        canon = environment.canonical_category(str(category))
+        canon = categories.canonical(str(category))
         if canon is None:
-            known = ", ".join(environment.categories) or "the categories of its tasks"
-            noun = environment.category_label
+            known = ", ".join(categories.known) or "the categories of its tasks"
             raise UserError(
-                f"{path} ({where}): unknown {noun} '{category}' for {environment.title}; use one of {known}"
+                f"{path} ({where}): unknown {categories.noun} '{category}' for {categories.owner}; use one of {known}"
             )
         if not isinstance(skill, str) or len(skill.split()) < MIN_SKILL_WORDS:
             raise UserError(f"{path} ({where}): the skill must be text of at least {MIN_SKILL_WORDS} words")
@@ -85,7 +96,7 @@ def load_skill_library(path: str | Path, env: str = "alfworld") -> SkillLibrary:
             skills[canon].append(" ".join(skill.split()))
     if not skills:
         raise UserError(f"{path}: no skills found; see data/static_skills.json for the format")
-    return SkillLibrary(str(path), dict(skills), environment.name)
+    return SkillLibrary(str(path), dict(skills), categories.canonical)
 
 
 def _record(rec: object, where: str, path: Path) -> list[tuple[str, object, str]]:

@@ -48,6 +48,7 @@ from seedcli.analyzers import (
 from seedcli.analyzers.parse import ParsedSkill, parse_skill
 from seedcli.artifacts import MANIFEST, Manifest, open_run, read_manifest, resolve_input, utc_now
 from seedcli.config import AnnotateConfig
+from seedcli.envs import env_class
 from seedcli.errors import StageFailed, UserError
 from seedcli.progress import StageProgress
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION, render_trajectory_analysis
@@ -145,8 +146,6 @@ def _resolve_analyzer_fields(cfg: AnnotateConfig) -> AnnotateConfig:
 def _key_model(cfg: AnnotateConfig, env: str = "alfworld") -> tuple[str, str]:
     """(model as recorded, model identity in cache keys); the rules analyzer is versioned per environment."""
     if cfg.analyzer == "rules":
-        from seedcli.envs import env_class
-
         version = env_class(env).rules_version
         return version, version
     if cfg.analyzer == "policy":
@@ -375,7 +374,8 @@ def run(cfg: AnnotateConfig) -> Manifest:
 
     jobs: dict[str, Job] = {}
     for traj in trajectories:
-        prompt = render_trajectory_analysis(traj)  # describes the trajectory's own environment
+        # described for the trajectory's own environment
+        prompt = render_trajectory_analysis(traj, description=env_class(traj.env).analysis_description)
         key = request_key(cfg.analyzer, key_model, ANALYSIS_PROMPT_VERSION, prompt, cfg.temperature, cfg.max_tokens)
         jobs.setdefault(key, Job(key, prompt)).trajectories.append(traj)
 

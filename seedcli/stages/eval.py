@@ -88,6 +88,38 @@ def limit_tasks(env: Environment, tasks: list[Task], limit: int | None, seed: in
     return kept, len(kept) < len(tasks)
 
 
+def env_setup(env: Environment, cfg: EvalConfig) -> dict:
+    """What the numbers depend on beyond the model: the data root and the env options (search: the retriever)."""
+    try:
+        root = str(env.resolve_data_root())
+    except UserError:
+        root = None  # an environment served entirely by options (search with search_url) may have no data root
+    return {"data_root": root, "env_options": dict(cfg.env_options)}
+
+
+def headline_metrics(env: Environment, results: dict) -> dict:
+    """The metrics of the run's summary, the environment's headline first (ALFWorld: macro success; WebShop: score;
+    search: exact match averaged over data sources), then the rest."""
+    from seedcli.reporting import metric_text
+
+    headline = next(iter(env.metric_labels))
+    value = metric_text(results, headline)
+    metrics: dict = {"env": env.name, "headline": f"{env.metric_labels[headline]} {value} ({headline})"}
+    keys = (
+        *env.metric_labels,
+        "macro_success",
+        "micro_success",
+        "mean_score",
+        "mean_episode_length",
+        "invalid_action_rate",
+        "partial",
+    )
+    for k in keys:
+        if k in results and k not in metrics:
+            metrics[k] = results[k]
+    return metrics
+
+
 def run(cfg: EvalConfig) -> Manifest:
     from seedcli.reporting import summarize_episodes, write_eval_outputs
 
@@ -148,10 +180,9 @@ def run(cfg: EvalConfig) -> Manifest:
             env=env.name,
         )
         results["model"] = desc
+        results["setup"] = env_setup(env, cfg)
         write_eval_outputs(run.path, results, run_id=run.id, title=f"{env.title} {split}")
-        keys = ("macro_success", "micro_success", "mean_score", "mean_episode_length", "invalid_action_rate", "partial")
-        metrics = {k: results[k] for k in keys if k in results}
-        metrics["env"] = env.name
+        metrics = headline_metrics(env, results)
         metrics["wins"] = sum(e.won for e in episodes)
         metrics["games"] = len(episodes)
         metrics["by_type"] = {t: f"{v['wins']}/{v['games']}" for t, v in results["categories"].items() if v["games"]}

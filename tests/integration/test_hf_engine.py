@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seedcli.engines.base import Completion, Engine, load_engine
+from seedcli.engines import load_engine
+from seedcli.engines.base import Completion, Engine
 from seedcli.engines.hf import HFEngine
 from tests.helpers_models import CHATS, build_stopping_model, build_test_model, perturbed_state_dict
 

@@ -29,9 +29,9 @@ def test_rl_tensorboard_holds_every_metric_of_metrics_jsonl(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from seedcli.engines.tiny import build_tiny_model
-    from seedcli.prompts import tokenizer_corpus
+    from seedcli.envs import tokenizer_texts
 
-    model = build_tiny_model(tmp_path / "tiny", preset="tiny", seed=0, corpus=tokenizer_corpus())
+    model = build_tiny_model(tmp_path / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
     runs = tmp_path / "runs"
     cmd = [sys.executable, "-m", "seedcli", "rl", "-c", "tiny", "--model", str(model), "--runs-dir", str(runs),
            "--max-steps", "2", "--steps", "2", "--analyzer", STATIC, "--logger", "tensorboard"]  # fmt: skip

@@ -25,9 +25,9 @@ OUTPUT = {"collect": "trajectories.jsonl", "eval": "episodes.jsonl"}
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     from seedcli.engines.tiny import build_tiny_model
-    from seedcli.prompts import tokenizer_corpus
+    from seedcli.envs import tokenizer_texts
 
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny", seed=0, corpus=tokenizer_corpus())
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
 
 
 def _config(stage: str, model: Path, runs: Path, **kw):

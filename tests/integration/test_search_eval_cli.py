@@ -46,6 +46,7 @@ def test_datasets_and_limit_per_source_through_the_cli(tmp_path):
     assert results["per_episode"]["search calls"] == 1.0  # the expert searches once, then answers
     report = (run_dir / "report.md").read_text()
     assert "Partial result: 2 of 5 questions" in report and "Gamma" not in report
+    assert f"- Retriever: in-process BM25 over {corpus}" in report
     bad = seed_cli(
         "eval", "--env", "search", "--split", str(qfile), "--datasets", "delta", "--policy", "expert",
         "--env-options", f"{{corpus: {corpus}}}", "--runs-dir", str(runs), check=False,

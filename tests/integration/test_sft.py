@@ -18,8 +18,8 @@ import pytest
 from seedcli.analyzers import analysis_messages
 from seedcli.artifacts import open_run, read_manifest, verify_run
 from seedcli.config import AnnotateConfig, CollectConfig, SFTConfig, build_config
+from seedcli.envs.alfworld import format_response
 from seedcli.errors import UserError
-from seedcli.prompts import format_response
 from seedcli.records import SkillRecord, Trajectory, Turn, iter_jsonl, read_jsonl, write_jsonl
 from seedcli.sftdata import IGNORE_INDEX, Example, completion_text
 
@@ -126,9 +126,9 @@ def make_annotate_run(runs_dir: Path, collect_dir: Path, records: list[SkillReco
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     from seedcli.engines.tiny import build_tiny_model
-    from seedcli.prompts import tokenizer_corpus
+    from seedcli.envs import tokenizer_texts
 
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", corpus=tokenizer_corpus())
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", corpus=tokenizer_texts())
 
 
 @pytest.fixture(scope="module")

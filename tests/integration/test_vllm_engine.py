@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent(
     def main():
         tiny_dir, stopping_dir, out_path, in_process = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "1"
         torch.set_num_threads(1)
-        from seedcli.engines.base import load_engine
+        from seedcli.engines import load_engine
         from tests.helpers_models import CHATS, perturbed_state_dict
 
         def dump(completions):

@@ -34,8 +34,7 @@ SCRIPT = textwrap.dedent(
         from seedcli.engines.checksum import checksum_names, trainer_checksums
         from seedcli.engines.vllm import VLLMEngine
         from seedcli.rl import distributed as D
-        from seedcli.rl.rescoring import WeightSyncError
-        from seedcli.stages.rl import check_checksums, engine_checksums
+        from seedcli.rl.engine_sync import WeightSyncError, check_checksums, engine_checksums
 
         engine = VLLMEngine(model_dir, max_model_len=512, max_num_seqs=4)
         lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

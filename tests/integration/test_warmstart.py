@@ -9,8 +9,15 @@ import json
 
 import pytest
 
-from seedcli.envs.alfworld import AlfWorldGame, list_games, select_games
-from seedcli.prompts import format_response, parse_action, render_agent_prompt
+from seedcli.envs.alfworld import (
+    ALFWORLD_ANALYSIS_DESCRIPTION,
+    AlfWorldGame,
+    format_response,
+    list_games,
+    parse_action,
+    render_agent_prompt,
+    select_games,
+)
 
 pytest.importorskip("alfworld")
 
@@ -83,10 +90,11 @@ def test_examples_mask_and_end_like_a_generated_turn(demos, tmp_path):
 
     from seedcli.engines.base import render_chat
     from seedcli.engines.tiny import EOS_TOKEN, build_tiny_model
+    from seedcli.envs import sample_texts
     from seedcli.stages.warmstart import _collate, demo_examples, demo_thinks
 
     episodes, _, _ = demos
-    model = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, **SMALL_SHAPE)
+    model = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)
     tok = AutoTokenizer.from_pretrained(model)
     examples = demo_examples(episodes, tok)
     won = [d for d in episodes if d.trajectory.won]
@@ -118,6 +126,7 @@ def test_skill_writing_examples_are_the_self_analyzer_prompt_and_parse(demos, tm
     from seedcli.analyzers.rules import rules_skill
     from seedcli.engines.base import render_chat
     from seedcli.engines.tiny import build_tiny_model
+    from seedcli.envs import sample_texts
     from seedcli.prompts import analysis_turns, render_analysis_prompt
     from seedcli.stages.warmstart import analysis_example_texts, analysis_examples
 
@@ -126,11 +135,13 @@ def test_skill_writing_examples_are_the_self_analyzer_prompt_and_parse(demos, tm
     assert len(pairs) == len(episodes)  # won and lost episodes alike
     for d, (prompt, answer) in zip(episodes, pairs, strict=True):
         t = d.trajectory
-        assert prompt == render_analysis_prompt(t.task, t.won, analysis_turns(t), 3000)
+        assert prompt == render_analysis_prompt(
+            t.task, t.won, analysis_turns(t), 3000, description=ALFWORLD_ANALYSIS_DESCRIPTION
+        )
         assert len(prompt) <= 3000 or "earlier step(s) omitted" in prompt
         parsed = parse_skill(answer)
         assert parsed.kept and parsed.skill == rules_skill(t)[1]
-    tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m", preset="tiny", seed=0, **SMALL_SHAPE))
+    tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE))
     ids, response = analysis_examples(pairs, tok)[0]
     assert ids == render_chat(tok, analysis_messages(pairs[0][0]))
 
@@ -140,10 +151,11 @@ def test_warm_start_trains_saves_and_loads(demos, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from seedcli.engines.tiny import build_tiny_model
+    from seedcli.envs import sample_texts
     from seedcli.stages.warmstart import WARMSTART_FILE, warm_start
 
     _, _, cache = demos
-    model_dir = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, **SMALL_SHAPE)
+    model_dir = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)
     before = AutoModelForCausalLM.from_pretrained(model_dir).model.embed_tokens.weight.clone()
     record = warm_start(
         model_dir,

@@ -65,7 +65,7 @@ def test_eval_reports_score_and_success(pipeline):
     assert set(results["categories"]) >= set(WEBSHOP.categories)
     assert 0.0 <= results["mean_score"] <= 1.0 and 0.0 <= results["micro_success"] <= 1.0
     report = (pipeline["eval"] / "report.md").read_text()
-    assert "WebShop" in report and "Success by product category" in report and "| SEED (paper) |" in report
+    assert "WebShop" in report and "Score and success by product category" in report and "| SEED (paper) |" in report
     assert "ALFWorld" not in report
     assert (pipeline["eval"] / "success_by_type.png").read_bytes()[:4] == b"\x89PNG"
 

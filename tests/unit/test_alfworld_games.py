@@ -161,9 +161,11 @@ def test_resolve_data_root_not_found_message(tmp_path):
     # The repository-relative fallback (../shared/alfworld next to the repo) exists here, so run with a copy of
     # the package whose "repository" has no data next to it.
     pkg = tmp_path / "repo" / "seedcli"
-    (pkg / "envs").mkdir(parents=True)
-    for rel in ("__init__.py", "errors.py", "prompts.py", "envs/alfworld.py", "envs/base.py", "envs/pool.py"):
+    (pkg / "envs" / "alfworld").mkdir(parents=True)
+    for rel in ("__init__.py", "errors.py", "prompts.py", "envs/base.py", "envs/pool.py"):
         (pkg / rel).write_text((REPO / "seedcli" / rel).read_text())
+    for src in (REPO / "seedcli" / "envs" / "alfworld").glob("*.py"):
+        (pkg / "envs" / "alfworld" / src.name).write_text(src.read_text())
     (pkg / "envs" / "__init__.py").write_text("")
     (tmp_path / "cwd").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}

@@ -1,13 +1,14 @@
-from seedcli.prompts import (
-    SKILL_HEADING,
-    SKILL_INSTRUCTION,
+import pytest
+
+from seedcli.envs.alfworld import (
+    ALFWORLD_ANALYSIS_DESCRIPTION,
     TASK_LINE_PREFIX,
     format_response,
     insert_skill,
     parse_action,
     render_agent_prompt,
-    render_analysis_prompt,
 )
+from seedcli.prompts import SKILL_HEADING, SKILL_INSTRUCTION, insert_after_line, render_analysis_prompt
 
 
 def test_first_turn_has_no_history_and_drops_help():
@@ -50,9 +51,28 @@ def test_skill_block_goes_right_after_the_task_line():
 
 def test_analysis_prompt_truncates_oldest_steps_first():
     turns = [{"observation": f"o{i} " * 50, "response": "r", "valid": i % 2 == 0} for i in range(10)]
-    full = render_analysis_prompt("task", False, turns)
+    full = render_analysis_prompt("task", False, turns, description=ALFWORLD_ANALYSIS_DESCRIPTION)
     assert "INVALID" in full and "FAILURE" in full and "avoidance rule" in full
-    short = render_analysis_prompt("task", False, turns, max_chars=len(full) // 2)
+    short = render_analysis_prompt(
+        "task", False, turns, max_chars=len(full) // 2, description=ALFWORLD_ANALYSIS_DESCRIPTION
+    )
     assert len(short) <= len(full) // 2
     assert "earlier step(s) omitted" in short
     assert "o9" in short and "o0 " not in short
+
+
+def test_analysis_prompt_opens_with_the_description_it_is_handed():
+    turns = [{"observation": "o", "response": "r", "valid": True}]
+    text = render_analysis_prompt("task", True, turns, description="You are an expert analyst of test agents.")
+    assert text.startswith("You are an expert analyst of test agents. Read the episode below")
+    assert "ALFRED" not in text
+    with pytest.raises(TypeError):  # no environment's description is assumed
+        render_analysis_prompt("task", True, turns)  # type: ignore[call-arg]
+
+
+def test_skill_block_after_any_task_line_and_a_missing_one_is_an_error():
+    assert insert_after_line("Q: why?\nrest", "Q: ", "Think.") == (
+        f"Q: why?\n\n## {SKILL_HEADING}\n{SKILL_INSTRUCTION}\nThink.\n\nrest"
+    )
+    with pytest.raises(ValueError, match="no task line"):
+        insert_after_line("no such line", "Your task is to: ", "x")

@@ -3,6 +3,7 @@
 import json
 import math
 import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -357,8 +358,12 @@ def test_webshop_results_report_score_success_and_the_paper(tmp_path):
     assert res["mean_score"] == pytest.approx(1.75 / 3, abs=1e-6) and res["micro_success"] == pytest.approx(1 / 3)
     assert res["macro_score"] == pytest.approx(0.5) and res["categories"]["fashion"]["mean_score"] == 0.75
     md = reporting.render_report(res, title="WebShop test", model_desc="m", run_id="r")
-    assert "## Success by product category" in md and "| Product category | Goals | Wins | Success | Score |" in md
+    assert "## Score and success by product category" in md
+    assert "| Product category | Goals | Wins | Success | Score |" in md
     assert "| Fashion | 2 | 1 | 50.0% | 75.0 |" in md
+    # the headline in bold is WebShop's: the score over all goals, not the macro success
+    assert "| Macro average | | | 25.0% | 50.0 |" in md
+    assert "| **Micro average** | 3 | 1 | 33.3% | **58.3** |" in md
     assert "| **This run** (partial) | **58.3** | **33.3%** |" in md  # score first (the headline), then success
     assert "| SEED (paper) | 88.5 | 78.9% |" in md
     assert "ALFWorld" not in md
@@ -386,3 +391,131 @@ def test_score_curve_is_drawn_when_a_run_logs_it(tmp_path):
     paths = reporting.plot_training_curves([("SEED", metrics)], tmp_path / "o")
     assert [p.name for p in paths] == ["reward.png", "score.png", "curves.png"]
     _png(tmp_path / "o" / "score.png")
+
+
+def _search_episode(i: int, source: str, em: bool) -> Trajectory:
+    return Trajectory(
+        episode_id=f"s{i}", group_id=f"s{i}", env="search", task_id=f"{source}-{i}", split="test", category=source,
+        task="who wrote it?", turns=[turn(1)], won=em, score=1.0 if em else 0.0, reward=1.0 if em else 0.0,
+        length=1, engine="none", model_id="expert", model_hash="", sampling={}, prompt_version="search-v1", seed=0,
+        policy="expert",
+    )  # fmt: skip
+
+
+def _search_results(wins: dict[str, int], n: int = 2) -> dict:
+    eps = [_search_episode(i * 10 + j, src, j < w) for i, (src, w) in enumerate(wins.items()) for j in range(n)]
+    return reporting.summarize_episodes(eps, split="test", partial=True, expected_games=100, wall_time_s=1.0)
+
+
+def test_search_compare_hides_sources_without_data_and_names_its_measure(tmp_path, monkeypatch):
+    a = _search_results({"nq": 1, "hotpotqa": 2})
+    b = _search_results({"nq": 0, "hotpotqa": 1})
+    md = reporting.compare_runs([("expert policy", a), ("random policy", b)])
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    assert "NQ" in rows and "HotpotQA" in rows
+    assert not {"TriviaQA", "PopQA", "2Wiki", "MuSiQue", "Bamboogle", "HotpotQA (closed)"} & set(rows)
+    assert "| NQ | 50.0 (1/2) | 0.0 (0/2) |" in md
+    assert "| **Exact match (average over data sources)** | **75.0** | **25.0** |" in md
+    assert "| Exact match (all questions) | 75.0 | 25.0 |" in md
+    assert "**Macro**" not in md
+
+    drawn = {}
+    save = reporting._save_png
+
+    def keep(fig, path):
+        drawn["ax"] = fig.axes[0]
+        return save(fig, path)
+
+    monkeypatch.setattr(reporting, "_save_png", keep)
+    _png(reporting.plot_compare([("expert policy", a), ("random policy", b)], tmp_path / "c.png"))
+    ax = drawn["ax"]
+    assert ax.get_ylabel() == "exact match"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["NQ", "HotpotQA", "Average"]
+    assert ax.get_title().startswith("Search-QA: exact match by data source")
+    # ten sources with long names are slanted instead of running together
+    many = {src: 1 for src in ("nq", "hotpotqa", "2wiki", "musique", "bamboogle", "hotpotqa_train", "musique_train")}
+    reporting.plot_compare([("x", _search_results(many))], tmp_path / "m.png")
+    assert all(t.get_rotation() == 30 for t in drawn["ax"].get_xticklabels())
+
+
+def test_webshop_score_marks_do_not_cover_the_count_labels(tmp_path, monkeypatch):
+    eps = [
+        _webshop_episode(0, "fashion", 1.0),
+        _webshop_episode(1, "fashion", 1.0),
+        _webshop_episode(2, "grocery", 0.5),
+    ]
+    res = reporting.summarize_episodes(eps, split="test", partial=False, expected_games=3, wall_time_s=1.0)
+    drawn = {}
+    save = reporting._save_png
+
+    def keep(fig, path):
+        drawn["ax"] = fig.axes[0]
+        return save(fig, path)
+
+    monkeypatch.setattr(reporting, "_save_png", keep)
+    _png(reporting.plot_success_by_type(res, tmp_path / "w.png"))
+    ax = drawn["ax"]
+    marks = ax.lines[0].get_ydata()  # mean score per category, then the macro score
+    labels = {a.get_text(): a for a in ax.texts}
+    assert set(labels) == {"2/2", "0/1", "50.0%"}
+    for name, mark in zip(("2/2", "0/1", "50.0%"), marks, strict=True):
+        label = labels[name]
+        # each label sits at or above its category's score mark, lifted clear of the diamond
+        assert label.xy[1] >= mark - 1e-9 and label.xyann[1] >= 7
+    assert ax.get_legend() is not None and ax.get_legend().get_bbox_to_anchor() is not None
+    assert ax.get_ylim()[1] >= 1.15
+
+
+def test_a_search_url_report_names_its_retriever(tmp_path):
+    res = _search_results({"nq": 1})
+    res["setup"] = {"data_root": None, "env_options": {"search_url": "http://10.0.0.5:8000/retrieve", "topk": 3}}
+    md = reporting.render_report(res, title="t", model_desc="m", run_id="r")
+    assert "- Retriever: http://10.0.0.5:8000/retrieve (`env_options.search_url`" in md
+    assert "- Environment options: topk=3" in md
+    assert "Offline corpus" not in md  # the offline note speaks of the bundled corpus, which this run did not use
+    res["setup"] = {"data_root": "/data/search", "env_options": {}}
+    md = reporting.render_report(res, title="t", model_desc="m", run_id="r")
+    assert "- Retriever: in-process BM25 over /data/search/corpus.jsonl" in md and "Offline corpus" in md
+
+
+def test_report_labels_runs_by_policy_and_model(tmp_path):
+    def eval_run(name: str, config: dict, inputs: list, results: dict):
+        run = tmp_path / "eval" / name
+        reporting.write_eval_outputs(run, results, run_id=name)
+        (run / "manifest.json").write_text(json.dumps({"stage": "eval", "config": config, "inputs": inputs}))
+        return run
+
+    rl = tmp_path / "rl" / "r1"
+    rl.mkdir(parents=True)
+    (rl / "manifest.json").write_text(json.dumps({"stage": "rl", "config": {"algo": "seed"}}))
+    res = _search_results({"nq": 1})
+    runs = [
+        eval_run("e1", {"policy": "expert"}, [], res),
+        eval_run("e2", {"policy": "model", "from_run": str(rl)}, [{"stage": "rl", "path": str(rl)}], res),
+        eval_run(
+            "e3",
+            {"policy": "model", "from_run": f"{rl}/checkpoints/step_000040"},
+            [{"stage": "rl", "path": str(rl)}],
+            res,
+        ),
+        eval_run("e4", {"policy": "model", "model": "/models/qwen-3b"}, [], res),
+        eval_run("e5", {"policy": "expert"}, [], res),
+    ]
+    out = reporting.report_command(runs, tmp_path / "rep")
+    header = out["compare_md"].read_text().splitlines()[2]
+    for label in ("expert policy · e1", "SEED rl (partial)", "SEED rl step_000040", "qwen-3b", "expert policy · e5"):
+        assert label in header
+
+
+def test_method_check_plots_draw_through_reporting(tmp_path):
+    hist = reporting.plot_histogram([-1.0, 0.5, 0.25], tmp_path / "h.png", title="t", xlabel="x", ylabel="y", log=True)
+    lines = reporting.plot_lines(
+        [([1, 2, 3], [3.0, 2.0, 1.0], "nll", None), ([1, 2, 3], [4.0, 3.0, 2.0], "loss", 0.6)],
+        tmp_path / "l.png",
+        title="t",
+        xlabel="batch",
+        ylabel="nats",
+    )
+    _png(hist), _png(lines)
+    script = (Path(__file__).resolve().parents[2] / "scripts" / "method_check_report.py").read_text()
+    assert "_new_figure" not in script and "_save_png" not in script and "import matplotlib" not in script

@@ -11,8 +11,8 @@ import torch
 from seedcli.config import RLConfig
 from seedcli.engines.checksum import checksum_names, tensor_checksum, trainer_checksums
 from seedcli.rl.distributed import DistInfo
-from seedcli.rl.rescoring import WeightSyncError
-from seedcli.stages.rl import _Context, env_workers, refresh_engine, vllm_engine_kwargs
+from seedcli.rl.engine_sync import WeightSyncError, refresh_engine, vllm_engine_kwargs
+from seedcli.stages.rl import env_workers
 from tests.helpers_models import tiny_lm
 
 
@@ -46,12 +46,11 @@ class RecordingEngine:
         return trainer_checksums(self.state.items(), names, torch.float32)
 
 
-def context(lm, engine) -> _Context:
+def refresh(lm, engine, step: int) -> dict[str, float]:
     names = checksum_names(lm.config.num_hidden_layers, linear=False)
-    return _Context(
-        cfg=RLConfig(), plan=None, info=DistInfo(), engine=engine, meta={}, tokenizer=None, pad_id=0, train_model=None,
-        ref_model=None, optimizer=None, lm=lm, shared=False, weights=None, base_settings=None, score_fn=None,
-        check_sync=lambda step: {"sync/probe_mean_abs_diff": 0.0}, checksum_names=names,
+    return refresh_engine(
+        engine, lm, DistInfo(), step, shared=False, checksum_names=names,
+        check_sync=lambda step: {"sync/probe_mean_abs_diff": 0.0},
     )  # fmt: skip
 
 
@@ -65,7 +64,7 @@ def test_refresh_wakes_weights_then_loads_then_wakes_the_kv_cache_and_proves_it(
     lm = tiny_lm(0)
     engine = RecordingEngine(lm)
     nudge(lm)
-    sync = refresh_engine(context(lm, engine), 1)
+    sync = refresh(lm, engine, 1)
     assert engine.calls == ["wake:weights", "update", "wake:kv_cache", "checksums"]
     assert sync["sync/checksum_tensors"] >= 3 and sync["sync/tensors_sent"] == len(lm.state_dict())
     # the tied lm_head is sent too (vLLM's layerwise reload would restore a layer that got nothing from its old copy)
@@ -77,14 +76,14 @@ def test_a_refresh_that_loads_nothing_is_caught_at_lr_1e6():
     engine = RecordingEngine(lm, load=False)
     nudge(lm)
     with pytest.raises(WeightSyncError, match="exact checksum"):
-        refresh_engine(context(lm, engine), 3)
+        refresh(lm, engine, 3)
 
 
 def test_an_engine_that_stops_reading_the_stream_is_caught():
     lm = tiny_lm(0)
     engine = RecordingEngine(lm, take=2)
     with pytest.raises(WeightSyncError, match="took 2 of the"):
-        refresh_engine(context(lm, engine), 1)
+        refresh(lm, engine, 1)
 
 
 def test_checksum_is_exact_and_order_free():

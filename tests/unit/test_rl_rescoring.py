@@ -7,15 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seedcli.prompts import SKILL_HEADING, render_agent_prompt
+from seedcli.envs import get_env
+from seedcli.envs.alfworld import render_agent_prompt
+from seedcli.prompts import SKILL_HEADING
 from seedcli.records import Trajectory, Turn
-from seedcli.rl.rescoring import (
-    WeightSyncError,
-    build_turn_samples,
-    check_probe,
-    rescore_samples,
-    score_responses,
-)
+from seedcli.rl.engine_sync import WeightSyncError, check_probe
+from seedcli.rl.rescoring import build_turn_samples, rescore_samples, score_responses
 from seedcli.rl.trainer import Scorer
 from tests.helpers_models import tiny_lm as helpers_tiny_lm
 
@@ -23,6 +20,7 @@ torch.set_num_threads(1)
 transformers = pytest.importorskip("transformers")
 
 VOCAB = 97
+INSERT_SKILL = get_env("alfworld").insert_skill  # what the rl stage hands in for ALFWorld episodes
 
 
 def tiny_lm(seed: int = 0):
@@ -59,7 +57,9 @@ def test_turn_samples_scores_and_group_advantages_by_hand():
         episode("b", "g1", False, [turn(1, True, [8, 9, 10])]),
         episode("c", "g2", False, [turn(1, True, [11]), turn(2, True, [])]),  # empty response: dropped
     ]
-    samples = build_turn_samples(eps, ["Find it first then bring it over.", None, None], fake_render)
+    samples = build_turn_samples(
+        eps, ["Find it first then bring it over.", None, None], fake_render, insert_skill=INSERT_SKILL
+    )
     assert [s.score for s in samples] == pytest.approx([10.0, 9.9, 0.0, 0.0])
     g1 = [10.0, 9.9, 0.0]
     mean, std = statistics.mean(g1), statistics.stdev(g1)  # unbiased, as verl
@@ -75,17 +75,27 @@ def test_turn_samples_scores_and_group_advantages_by_hand():
 
 
 def _skill_prompt(prompt: str, skill: str) -> str:
-    from seedcli.prompts import insert_skill
-
-    out = insert_skill(prompt, skill)
+    out = INSERT_SKILL(prompt, skill)
     assert SKILL_HEADING in out
     return out
 
 
 def test_no_skill_context_without_teacher():
     eps = [episode("a", "g", True, [turn(1, True, [5])])]
-    samples = build_turn_samples(eps, ["Find it first then bring it over."], fake_render, with_skill_context=False)
+    samples = build_turn_samples(
+        eps, ["Find it first then bring it over."], fake_render, insert_skill=INSERT_SKILL, with_skill_context=False
+    )
     assert samples[0].skill_prompt_ids is None
+
+
+def test_the_skill_prompt_is_what_the_handed_in_insert_skill_makes():
+    """rescoring knows no environment: the skill-augmented prompt is whatever the stage's `insert_skill` returns."""
+    eps = [episode("a", "g", True, [turn(1, True, [5])]), episode("b", "g", False, [turn(1, True, [6])])]
+    skill = "Find it first then bring it over."
+    samples = build_turn_samples(eps, [skill, None], None, insert_skill=lambda prompt, s: f"<{s}>\n{prompt}")
+    assert samples[0].skill_prompt == f"<{skill}>\n{eps[0].turns[0].prompt}" and samples[0].has_skill
+    assert samples[1].skill_prompt is None and not samples[1].has_skill
+    assert samples[0].prompt_ids is None  # render=None: each rank tokenises its own share later
 
 
 # --------------------------------------------------------------------------------------------- re-scoring
@@ -127,7 +137,9 @@ def test_rescore_fills_old_ref_and_skill():
         episode("a", "g", True, [turn(1, True, [5, 6, 7])]),
         episode("b", "g", False, [turn(1, True, [8, 9])]),
     ]
-    samples = build_turn_samples(eps, ["Find it first then bring it over.", None], fake_render)
+    samples = build_turn_samples(
+        eps, ["Find it first then bring it over.", None], fake_render, insert_skill=INSERT_SKILL
+    )
     timings = {}
     rescore_samples(
         samples, old_fn=Scorer(lm), ref_fn=Scorer(ref), teacher=True, max_tokens=512, pad_id=0, timings=timings
@@ -146,7 +158,10 @@ def test_rescore_fills_old_ref_and_skill():
 def test_rescore_without_teacher_or_ref():
     lm = tiny_lm()
     samples = build_turn_samples(
-        [episode("a", "g", True, [turn(1, True, [5])])], ["Find it first then bring it over."], fake_render
+        [episode("a", "g", True, [turn(1, True, [5])])],
+        ["Find it first then bring it over."],
+        fake_render,
+        insert_skill=INSERT_SKILL,
     )
     rescore_samples(samples, old_fn=Scorer(lm), ref_fn=None, teacher=False, max_tokens=512, pad_id=0)
     assert samples[0].old_logp is not None and samples[0].ref_logp is None and samples[0].skill_logp is None

@@ -7,7 +7,9 @@ import pytest
 
 from seedcli.config import RLConfig, build_config
 from seedcli.errors import UserError
-from seedcli.stages.rl import _read_jsonl_upto, _rewrite, choose_sample_episode, node_rank, resolve_plan, world_size
+from seedcli.rl.phases import choose_sample_episode
+from seedcli.rl.run_log import read_records_upto, rewrite_records
+from seedcli.stages.rl import node_rank, resolve_plan, world_size
 
 
 def test_algorithms_are_switches_of_one_loop():
@@ -69,11 +71,11 @@ def test_paper_preset_values():
 def test_resume_truncates_logs_to_the_checkpoint(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4, "half')  # killed mid-line
-    _rewrite(path, _read_jsonl_upto(path, 2))
+    rewrite_records(path, read_records_upto(path, 2))
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
-    _rewrite(path, [{"step": 3, "x": float("nan")}])
+    rewrite_records(path, [{"step": 3, "x": float("nan")}])
     assert json.loads(path.read_text()) == {"step": 3, "x": None}  # non-finite values become null
-    assert _read_jsonl_upto(tmp_path / "none.jsonl", 5) == []
+    assert read_records_upto(tmp_path / "none.jsonl", 5) == []
 
 
 def test_sample_episode_prefers_a_won_one_with_a_skill():
@@ -87,3 +89,24 @@ def test_node_rank_from_torchrun_args():
     assert node_rank(None) == 0
     assert node_rank("--nnodes 2 --node-rank 1 --rdzv-endpoint h:29500") == 1
     assert node_rank("--nnodes=2 --node_rank=3") == 3
+
+
+def test_nothing_under_rl_imports_an_environment_or_a_stage():
+    """Imports run downward (DESIGN.md §4): the stage hands rl/ what it needs of the environment."""
+    import ast
+    from pathlib import Path
+
+    import seedcli.rl
+
+    offenders = []
+    for path in sorted(Path(seedcli.rl.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")]
+            for name in names:
+                if name.startswith(("seedcli.envs", "seedcli.stages", "seedcli.cli", "..envs", "..stages", "..cli")):
+                    offenders.append(f"{path.name}: {name}")
+    assert not offenders, offenders

@@ -6,8 +6,8 @@ import pytest
 
 from seedcli.analyzers.parse import parse_skill
 from seedcli.analyzers.rules import RulesAnalyzer, rules_skill
-from seedcli.envs.alfworld_rules import abstract, classify, decisive_steps, parse_goal
-from seedcli.prompts import format_response
+from seedcli.envs.alfworld import format_response
+from seedcli.envs.alfworld.rules import abstract, classify, decisive_steps, parse_goal
 from seedcli.records import Trajectory, Turn
 
 ROOM = (

@@ -126,7 +126,7 @@ def test_options_and_spec(toy) -> None:
     env, _ = toy
     spec = json.loads(json.dumps(env.spec()))
     assert SearchEnv(**spec).options == env.options
-    with pytest.raises(UserError, match="unknown search env option"):
+    with pytest.raises(UserError, match="unknown Search-QA option .corpuss. in env_options; did you mean .corpus.?"):
         SearchEnv(corpuss="x")
 
 

@@ -89,12 +89,17 @@ def test_retries_server_errors_then_succeeds(server: FakeServer) -> None:
     assert len(server.requests) == 3  # two failures, one success
 
 
-def test_gives_up_after_bounded_retries(server: FakeServer) -> None:
+def test_gives_up_after_bounded_retries(server: FakeServer, capsys) -> None:
     server.plan = [503] * 10
     client = HttpRetriever(server.url, max_retries=2, backoff=0.01)
-    with pytest.raises(UserError, match=r"failed after 3 attempts \(HTTP 503\)"):
+    with pytest.raises(UserError, match=r"failed after 3 attempts \(HTTP 503 .*nope.*\)") as err:
         client.search(["q"])
     assert len(server.requests) == 3
+    # a server that answers is running: the error says it fails, and does not advise starting one
+    assert "running but failing" in str(err.value) and "seed retriever serve" not in str(err.value)
+    assert capsys.readouterr().err.splitlines() == [
+        f'retriever {server.url}: HTTP 503 ({{"detail": "nope"}}), retry {n}/2' for n in (1, 2)
+    ]
 
 
 def test_client_error_is_not_retried(server: FakeServer) -> None:
@@ -109,9 +114,21 @@ def test_timeout_is_an_error_not_a_hang(server: FakeServer) -> None:
     server.plan = ["sleep"] * 5
     client = HttpRetriever(server.url, timeout=0.2, max_retries=1, backoff=0.01)
     start = time.monotonic()
-    with pytest.raises(UserError, match=r"failed after 2 attempts \(timed out\)"):
+    with pytest.raises(UserError, match=r"failed after 2 attempts \(no answer in 0.2s\); the server is up but") as e:
         client.search(["q"])
     assert time.monotonic() - start < 2.0  # 2 × 0.2 s timeouts + backoff, not the server's 0.6 s each
+    assert "timeout: 60" in str(e.value) and "seed retriever serve" not in str(e.value)
+
+
+def test_a_hanging_server_shows_each_retry_while_the_run_waits(server: FakeServer, capsys) -> None:
+    server.plan = ["sleep"] * 5
+    client = HttpRetriever(server.url, timeout=0.2, max_retries=2, backoff=0.01)
+    with pytest.raises(UserError):
+        client.search(["q"])
+    assert capsys.readouterr().err.splitlines() == [
+        f"retriever {server.url}: no answer in 0.2s, retry 1/2",
+        f"retriever {server.url}: no answer in 0.2s, retry 2/2",
+    ]
 
 
 def test_dead_server_is_one_line_error() -> None:
@@ -122,8 +139,8 @@ def test_dead_server_is_one_line_error() -> None:
     with pytest.raises(UserError) as err:
         client.search(["q"])
     msg = str(err.value)
-    assert "\n" not in msg and f"http://127.0.0.1:{port}/retrieve failed after 3 attempts" in msg
-    assert "seed retriever serve" in msg
+    assert "\n" not in msg and f"http://127.0.0.1:{port}/retrieve failed after 3 attempts (connection refused)" in msg
+    assert "nothing listens there: start it" in msg and "seed retriever serve" in msg
 
 
 def test_normalise_url() -> None:
@@ -157,6 +174,11 @@ def test_bad_corpus(tmp_path: Path) -> None:
         load_corpus(bad)
     with pytest.raises(UserError, match="not found"):
         load_corpus(tmp_path / "missing.jsonl")
+    (tmp_path / "corpus.jsonl").write_text('{"id": "d0", "contents": "x"}\n')
+    with pytest.raises(
+        UserError, match=rf"corpus {tmp_path} is a directory; give the JSONL file .* {tmp_path}/corpus.jsonl"
+    ):
+        load_corpus(tmp_path)
 
 
 class EchoRetriever:

@@ -8,8 +8,9 @@ import pytest
 
 from seedcli.analyzers import analysis_messages
 from seedcli.analyzers.parse import parse_skill
+from seedcli.envs.alfworld import ALFWORLD_ANALYSIS_DESCRIPTION, format_response
 from seedcli.errors import UserError
-from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_turns, format_response, render_analysis_prompt
+from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_turns, render_analysis_prompt
 from seedcli.records import SkillRecord, Trajectory, Turn
 from seedcli.sftdata import (
     IGNORE_INDEX,
@@ -32,7 +33,7 @@ def tokenizer():
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from seedcli.prompts import tokenizer_corpus
+    from seedcli.envs.alfworld import tokenizer_corpus
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -90,7 +91,7 @@ def make_record(traj: Trajectory, reason: str | None = None, skill: str | None =
         analyzer="rules",
         model="rules-v1",
         prompt_version=ANALYSIS_PROMPT_VERSION,
-        prompt=render_analysis_prompt(traj.task, traj.won, analysis_turns(traj)),
+        prompt=render_analysis_prompt(traj.task, traj.won, analysis_turns(traj), description=ALFWORLD_ANALYSIS_DESCRIPTION),
         raw="{}",
         episode_summary=None if reason else "The agent looked around and cleaned the apple.",
         episode_skill=None
@@ -166,9 +167,10 @@ def test_long_prompt_is_cut_from_the_left_of_the_trajectory_just_enough(tokenize
     assert f"[{ex.cut_steps} earlier step(s) omitted]" in prompt and "Step 12\n" in prompt
     assert f"Step {ex.cut_steps}\n" not in prompt and f"Step {ex.cut_steps + 1}\n" in prompt
     # minimal: one step fewer cut would not fit
-    less = render_analysis_prompt(traj.task, traj.won, analysis_turns(traj))
+    describe = {"description": ALFWORLD_ANALYSIS_DESCRIPTION}
+    less = render_analysis_prompt(traj.task, traj.won, analysis_turns(traj), **describe)
     while cut_steps_of(less) < ex.cut_steps - 1:
-        less = render_analysis_prompt(traj.task, traj.won, analysis_turns(traj), max_chars=len(less) - 1)
+        less = render_analysis_prompt(traj.task, traj.won, analysis_turns(traj), max_chars=len(less) - 1, **describe)
     assert len(encode(tokenizer, less, completion_text(rec))[0]) > limit
     # the completion is untouched
     assert ex.input_ids[ex.prompt_len :] == full_ids[-ex.completion_len :]

@@ -15,6 +15,7 @@ from seedcli.analyzers.parse import (
     is_placeholder,
     parse_skill,
 )
+from seedcli.envs.alfworld import ALFWORLD_ANALYSIS_DESCRIPTION
 from seedcli.prompts import SCHEMA_REMINDER, render_analysis_prompt
 
 SUMMARY = "The agent found the apple on the counter. It cleaned it and put it in the fridge."
@@ -111,7 +112,9 @@ def test_placeholder_detection_leaves_real_rules_alone():
 
 def test_the_template_answer_itself_is_rejected():
     # the exact object the analysis prompt shows as the expected shape
-    prompt = render_analysis_prompt("put a clean cloth in bathtubbasin.", True, [])
+    prompt = render_analysis_prompt(
+        "put a clean cloth in bathtubbasin.", True, [], description=ALFWORLD_ANALYSIS_DESCRIPTION
+    )
     template = prompt[prompt.index("{") :]
     assert parse_skill(template).reason == PLACEHOLDER
 

@@ -14,10 +14,12 @@ from seedcli.engines.tiny import (
     QWEN_PAT_STR,
     QWEN_VOCAB_SIZE,
     build_tiny_model,
+    build_tiny_tokenizer,
     load_qwen_ranks,
     model_hash,
     qwen_chat_template,
 )
+from seedcli.envs import sample_texts
 
 torch.set_num_threads(1)
 
@@ -38,7 +40,7 @@ TRICKY_STRINGS = [
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0, corpus=sample_texts())
 
 
 @pytest.fixture(scope="session")
@@ -136,8 +138,8 @@ def test_chat_template_is_trls_qwen2_5_without_generation_markers(tiny_dir):
 
 
 def test_tiny_build_is_seeded_and_model_hash_is_stable(tiny_dir, tmp_path):
-    again = build_tiny_model(tmp_path / "again", preset="tiny", seed=0)
-    other = build_tiny_model(tmp_path / "other", preset="tiny", seed=1)
+    again = build_tiny_model(tmp_path / "again", preset="tiny", seed=0, corpus=sample_texts())
+    other = build_tiny_model(tmp_path / "other", preset="tiny", seed=1, corpus=sample_texts())
     assert model_hash(again) == model_hash(tiny_dir)
     assert (again / "tokenizer.json").read_bytes() == (tiny_dir / "tokenizer.json").read_bytes()
     assert model_hash(other) != model_hash(tiny_dir)
@@ -158,6 +160,16 @@ def test_model_hash_follows_the_weights(tiny_dir, tmp_path):
     assert model_hash(tmp_path / "changed") != model_hash(tiny_dir)
     with pytest.raises(FileNotFoundError):
         model_hash(tmp_path)
+
+
+def test_tiny_tokenizer_learns_the_text_it_is_handed():
+    # the builder knows no environment: what it compresses is what the caller passes (the CLI: every registered
+    # environment's text); without it only the built-in chat text is learned
+    word = "zqxjvbk"
+    taught = build_tiny_tokenizer([f"{word} {word}."] * 50, vocab_size=512)
+    bare = build_tiny_tokenizer(vocab_size=512)
+    assert len(taught.encode(" " + word, add_special_tokens=False)) == 1
+    assert len(bare.encode(" " + word, add_special_tokens=False)) > 1
 
 
 def test_unknown_preset_and_shape_field_are_rejected(tmp_path):

@@ -90,3 +90,45 @@ def test_goal_without_options_has_no_option_term(shop):
     assert reward == pytest.approx(
         info["r_type"] * (info["r_att"] * len(goal["attributes"]) + 1) / (len(goal["attributes"]) + 1)
     )
+
+
+# A fresh process in which nothing has loaded the shop: get_reward alone, as the module docstring shows it.
+_ALONE = """
+import json, sys
+from pathlib import Path
+from seedcli.envs.webshop import reward
+from seedcli.envs.webshop.data import ATTRIBUTE_FILE, PRODUCT_FILE, load_products, resolve_data_root
+assert not reward._NOUNS  # nothing registered the nouns
+root = resolve_data_root()
+product = next(p for p in load_products(root / PRODUCT_FILE, root / ATTRIBUTE_FILE) if p["asin"] == "B07GYWW3NY")
+goal = {"query": product["query"], "product_category": product["product_category"], "name": product["name"],
+        "attributes": ["straight leg", "machine washable"], "goal_options": {}, "price_upper": 80.0}
+total, info = reward.get_reward(product, goal, price=59.5, options={})
+print(json.dumps({"reward": total, "r_type": info["r_type"], "title_score": info["title_score"]}))
+"""
+
+
+def test_get_reward_alone_reads_the_nouns_from_the_data_root(shop, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WEBSHOP_DATA": str(shop.root)}
+    proc = subprocess.run([sys.executable, "-c", _ALONE], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    # the same product bought for its own goal: type reward 1, every noun of the name matched
+    assert out == {"reward": 1.0, "r_type": 1.0, "title_score": 1.0}
+
+
+def test_a_name_missing_everywhere_says_where_it_looked(shop, monkeypatch):
+    import importlib.util
+
+    from seedcli.envs.webshop import reward
+
+    if importlib.util.find_spec("en_core_web_sm") is not None:
+        pytest.skip("en_core_web_sm is installed: the name is parsed instead")
+    monkeypatch.setattr(reward, "_SPACY", None)
+    with pytest.raises(Exception, match=r"is not in the title_nouns.json of .*webshop and spaCy's en_core_web_sm"):
+        title_nouns("A Product Name No Data Root Knows 12345")

@@ -15,8 +15,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from seedcli.envs.base import Environment, StepResult, Task
-from seedcli.envs.search.data import SPLITS, Question, default_corpus, load_split, read_questions, resolve_data_root
+from pydantic import Field, field_validator
+
+from seedcli.envs.base import Environment, EnvOptions, StepResult, Task
+from seedcli.envs.search.data import (
+    SPLITS,
+    Question,
+    default_corpus,
+    load_split,
+    read_questions,
+    resolve_data_root,
+)
 from seedcli.envs.search.projection import parse_reply
 from seedcli.envs.search.prompt import (
     PROMPT_VERSION,
@@ -25,13 +34,45 @@ from seedcli.envs.search.prompt import (
     information_text,
     passages_to_string,
 )
-from seedcli.envs.search.retriever import TOPK, Retriever, make_retriever
+from seedcli.envs.search.retriever import TOPK, Retriever, make_retriever, normalise_url
 from seedcli.envs.search.reward import answer_in_text, exact_match
 from seedcli.envs.search.rules import RULES_VERSION
 from seedcli.errors import UserError
 
 UNKNOWN = "unknown"  # the expert's answer when the passages hold no golden answer
-_OPTIONS = ("corpus", "search_url", "datasets", "limit", "topk", "timeout", "max_retries")
+
+
+class SearchOptions(EnvOptions):
+    """`env_options` of the search environment."""
+
+    corpus: str | None = Field(
+        None, description="wiki-18-format JSONL of passages for in-process BM25 (default: the data root's corpus.jsonl)"
+    )
+    search_url: str | None = Field(
+        None, description="a Search-R1 POST /retrieve server to use instead of BM25 (host:port or a full URL)"
+    )
+    datasets: list[str] | None = Field(
+        None, description="data sources to load (test: nq, hotpotqa, 2wiki, musique, bamboogle; default: all)"
+    )
+    limit: int | None = Field(None, ge=1, description="load only the first N questions of each data source")
+    topk: int = Field(TOPK, ge=1, description="passages returned per search")
+    timeout: float = Field(30.0, gt=0, description="seconds a search_url request may take before it is retried")
+    max_retries: int = Field(3, ge=0, description="retries of a failed search_url request (doubling backoff)")
+
+    @field_validator("datasets", mode="before")
+    @classmethod
+    def _csv(cls, v: Any) -> Any:
+        return [d.strip() for d in v.split(",") if d.strip()] if isinstance(v, str) else v  # `datasets=nq,bamboogle`
+
+    @field_validator("search_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                normalise_url(v)
+            except UserError as exc:
+                raise ValueError(str(exc)) from None
+        return v
 
 
 class SearchEnv(Environment):
@@ -50,6 +91,7 @@ class SearchEnv(Environment):
     splits = {s: s for s in SPLITS} | {"valid": "dev", "validation": "dev"}
     train_split = "train"
     eval_splits = ("test", "dev")
+    split_file = "a JSONL file of questions in FlashRAG's fields (id, question, golden_answers, data_source)"
     val_split = "dev"
     # report order: the paper's seven sets, then the closed sets of the offline bundle
     categories = ("nq", "triviaqa", "popqa", "hotpotqa", "2wiki", "musique", "bamboogle",
@@ -99,15 +141,10 @@ class SearchEnv(Environment):
         "<information>, and gives an <answer> scored by exact match)."
     )
     expert_modes = (False, True)
+    options_model = SearchOptions
 
     def __init__(self, data_root: str | None = None, **options: Any):
-        unknown = sorted(set(options) - set(_OPTIONS))
-        if unknown:
-            raise UserError(f"unknown search env option(s) {', '.join(unknown)}; valid: {', '.join(_OPTIONS)}")
-        datasets = options.get("datasets")
-        if isinstance(datasets, str):  # `datasets=nq,bamboogle` from the command line
-            options["datasets"] = [d.strip() for d in datasets.split(",") if d.strip()]
-        super().__init__(data_root, **{k: v for k, v in options.items() if v is not None})
+        super().__init__(data_root, **options)
         self._retriever: Retriever | None = None
 
     # -- tasks ----------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -48,6 +49,10 @@ class Retriever(ABC):
 def load_corpus(path: str | os.PathLike) -> list[dict[str, str]]:
     """Passages of a wiki-18-format JSONL (`{"id", "contents": "\\"Title\\"\\ntext"}`), in file order."""
     path = Path(path)
+    if path.is_dir():
+        inside = path / "corpus.jsonl"
+        example = f" such as {inside}" if inside.is_file() else ""
+        raise UserError(f'corpus {path} is a directory; give the JSONL file of {{"id", "contents"}} passages{example}')
     if not path.is_file():
         raise UserError(f'corpus {path} not found; give a JSONL of {{"id", "contents"}} passages (env.corpus)')
     docs: list[dict[str, str]] = []
@@ -165,9 +170,13 @@ class HttpRetriever(Retriever):
     def _post(self, batch: list[str], topk: int) -> list[list[Hit]]:
         body = json.dumps({"queries": batch, "topk": topk, "return_scores": True}).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        reason = "no attempt made"
+        reason, kind = "no attempt made", "error"
         for attempt in range(self.max_retries + 1):
             if attempt:
+                # a slow or dead server shows itself while the run waits, one line per retry
+                print(
+                    f"retriever {self.url}: {reason}, retry {attempt}/{self.max_retries}", file=sys.stderr, flush=True
+                )
                 time.sleep(self.backoff * 2 ** (attempt - 1))
             try:
                 conn = self._connection()
@@ -177,10 +186,15 @@ class HttpRetriever(Retriever):
             except (OSError, http.client.HTTPException) as exc:
                 # refused, reset, timed out, or a stale keep-alive connection: reconnect and retry
                 self._drop_connection()
-                reason = "timed out" if isinstance(exc, TimeoutError) else _short(exc)
+                if isinstance(exc, ConnectionRefusedError):
+                    kind, reason = "refused", "connection refused"
+                elif isinstance(exc, TimeoutError):
+                    kind, reason = "timeout", f"no answer in {self.timeout:g}s"
+                else:
+                    kind, reason = "error", _short(exc)
                 continue
             if resp.status >= 500:
-                reason = f"HTTP {resp.status}"
+                kind, reason = "http", f"HTTP {resp.status} ({_short(payload.decode(errors='replace')) or 'no body'})"
                 self._drop_connection()
                 continue
             if resp.status != 200:
@@ -189,10 +203,19 @@ class HttpRetriever(Retriever):
                     "check env.search_url points at a Search-R1 /retrieve endpoint"
                 )
             return _parse_result(payload, len(batch), self.url)
-        raise UserError(
-            f"retrieval server {self.url} failed after {self.max_retries + 1} attempts ({reason}); start it "
-            "(`seed retriever serve --corpus FILE --port 8000`) or fix env.search_url"
-        )
+        tries = f"after {self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
+        if kind == "refused":
+            advice = "nothing listens there: start it (`seed retriever serve --corpus FILE --port 8000`) or fix env.search_url"
+        elif kind == "timeout":
+            advice = (
+                "the server is up but slow or hung: check it, or give it longer with env_options "
+                f"'{{timeout: {max(2 * self.timeout, 60):g}}}'"
+            )
+        elif kind == "http":
+            advice = "the server is running but failing: see its log"
+        else:
+            advice = "check env.search_url and that the server runs"
+        raise UserError(f"retrieval server {self.url} failed {tries} ({reason}); {advice}")
 
     def close(self) -> None:
         self._drop_connection()

@@ -60,6 +60,8 @@ def serve(
 
     from seedcli.envs.search.retriever import BM25Retriever
 
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port}: a TCP port is 1-65535; pick a free one such as 8000")
     # check the port before the index is built, so a clash is one line at once rather than uvicorn's log later
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

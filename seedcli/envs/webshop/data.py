@@ -7,17 +7,25 @@
 The randomness follows verl-agent / SEED with seed 0: one `random.Random(seed)` draws the prices of products sold
 at a price range (`generate_product_prices`) and then each goal's price cap (`get_synthetic_goals`); a fresh
 `random.Random(seed)` then shuffles the goals, as `SimServer` does after `random.seed(seed)`.
+
+The data root holds the small set (items_shuffle_1000.json + items_ins_v2_1000.json) or WebShop's full product files
+(items_shuffle.json + items_ins_v2.json from `setup.sh -d all`, 1.18M products); it may also name a product file
+itself, its attribute file lying beside it. Both files are streamed one top-level value at a time (the full product
+file is several GB), then processed exactly as `load_products` does.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import random
 import re
+import sys
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -26,8 +34,23 @@ from typing import Any
 from seedcli.envs.base import find_data_root
 from seedcli.errors import UserError
 
+logger = logging.getLogger(__name__)
+
 PRODUCT_FILE = "items_shuffle_1000.json"
 ATTRIBUTE_FILE = "items_ins_v2_1000.json"
+FULL_PRODUCT_FILE = "items_shuffle.json"  # WebShop's `setup.sh -d all`: 1.18M products
+FULL_ATTRIBUTE_FILE = "items_ins_v2.json"
+# the fields WebShop's `load_products` reads from every kept product (asin first: it decides whether one is kept)
+PRODUCT_FIELDS = (
+    "asin",
+    "category",
+    "query",
+    "product_category",
+    "name",
+    "full_description",
+    "small_description",
+    "customization_options",
+)
 NOUNS_FILE = "title_nouns.json"
 LUCENE_REFERENCE_FILE = "lucene_reference.jsonl"
 EXPECTED_GOALS = 6910  # WebShop's small setting: 415 products with an instruction, one goal per option combination
@@ -51,14 +74,35 @@ _SCRAPE_KEYS = (
 )
 
 
+def product_files(root: Path) -> tuple[Path, Path] | None:
+    """(product file, attribute file) of a data root: a folder with the small pair (preferred) or the full pair, or
+    a product file `items_shuffle*.json` whose `items_ins_v2*.json` lies beside it; None when there is none."""
+    root = Path(root)
+    if root.is_file():
+        if not root.name.startswith("items_shuffle"):
+            return None
+        attributes = root.with_name("items_ins_v2" + root.name[len("items_shuffle") :])
+        return (root, attributes) if attributes.is_file() else None
+    for products, attributes in ((PRODUCT_FILE, ATTRIBUTE_FILE), (FULL_PRODUCT_FILE, FULL_ATTRIBUTE_FILE)):
+        if (root / products).is_file() and (root / attributes).is_file():
+            return root / products, root / attributes
+    return None
+
+
 def _has_data(root: Path) -> bool:
-    return (root / PRODUCT_FILE).is_file() and (root / ATTRIBUTE_FILE).is_file()
+    return product_files(root) is not None
+
+
+def data_folder(root: Path) -> Path:
+    """The folder of a data root (the root itself, or the folder of a product file named as the root)."""
+    return root.parent if root.is_file() else root
 
 
 def resolve_data_root(explicit: str | os.PathLike | None = None) -> Path:
-    """The WebShop data folder (holding items_shuffle_1000.json and items_ins_v2_1000.json): `explicit`, else
-    $WEBSHOP_DATA, else ../shared/webshop next to the current directory or the repository."""
-    need = f"{PRODUCT_FILE} and {ATTRIBUTE_FILE}"
+    """The WebShop data root: `explicit`, else $WEBSHOP_DATA, else ../shared/webshop next to the current directory
+    or the repository. It is a folder holding items_shuffle_1000.json and items_ins_v2_1000.json (or the full
+    items_shuffle.json and items_ins_v2.json), or the product file itself with its attribute file beside it."""
+    need = f"{PRODUCT_FILE} and {ATTRIBUTE_FILE}, or the full {FULL_PRODUCT_FILE} and {FULL_ATTRIBUTE_FILE},"
 
     def missing(source: str, root: Path | None) -> str:
         if source == "explicit":
@@ -78,6 +122,114 @@ def _read_json(path: Path) -> Any:
         raise UserError(f"cannot read WebShop data file {path}: {err}; restore it from WebShop's data") from err
 
 
+_WS = re.compile(r"[ \t\n\r]*")
+_CHUNK_CHARS = 1 << 20
+_MAX_VALUE_CHARS = 1 << 26  # one product or attribute entry larger than this means a damaged file
+
+
+class _JsonStream:
+    """A JSON text read one top-level container member at a time: the file is never held whole in memory."""
+
+    def __init__(self, fh, path: Path):
+        self.fh, self.path, self.chunk_chars = fh, path, _CHUNK_CHARS
+        self.buf, self.pos, self.offset, self.eof = "", 0, 0, False
+        self.decoder = json.JSONDecoder()
+
+    def error(self, what: str, pos: int | None = None) -> UserError:
+        """A one-line error at character `pos` of the buffer (default: the read position; -1: no position)."""
+        where = "" if pos == -1 else f" at character {self.offset + (self.pos if pos is None else pos)}"
+        return UserError(f"cannot read WebShop data file {self.path}: {what}{where}; restore it from WebShop's data")
+
+    def _more(self) -> bool:
+        if self.eof:
+            return False
+        try:
+            data = self.fh.read(self.chunk_chars)
+        except (OSError, UnicodeDecodeError) as err:
+            raise self.error(f"{type(err).__name__}: {err}", -1) from None
+        if not data:
+            self.eof = True
+            return False
+        self.offset += self.pos
+        self.buf, self.pos = self.buf[self.pos :] + data, 0
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not white space ("" at the end of the file), not consumed."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self._more():
+                return ""
+
+    def expect(self, chars: str, what: str) -> str:
+        c = self.peek()
+        if c == "" or c not in chars:
+            raise self.error(f"expected {what}, found {c!r}" if c else f"expected {what}, the file ends")
+        self.pos += 1
+        return c
+
+    def value(self) -> Any:
+        """The next complete JSON value, read as `json.load` would read it."""
+        self.peek()
+        while True:
+            try:
+                obj, end = self.decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as err:
+                if len(self.buf) - self.pos < _MAX_VALUE_CHARS and self._more():
+                    continue  # the value goes on in the next chunk
+                raise self.error(err.msg, err.pos) from None
+            if end == len(self.buf) and self._more():
+                continue  # a number could go on in the next chunk
+            self.pos = end
+            return obj
+
+
+def _iter_container(path: Path, kind: str) -> Iterator[Any]:
+    """The members of the JSON list (kind "list": each value) or object (kind "dict": (key, value) pairs) that a
+    file holds, one at a time."""
+    opening, closing = ("[", "]") if kind == "list" else ("{", "}")
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"cannot read WebShop data file {path}: {err}; restore it from WebShop's data") from err
+    with fh:
+        stream = _JsonStream(fh, path)
+        if stream.peek() != opening:
+            raise UserError(
+                f"{path} must hold a JSON {'list of products' if kind == 'list' else 'object keyed by ASIN'}: "
+                "restore it from WebShop's data"
+            )
+        stream.pos += 1
+        if stream.peek() == closing:
+            stream.pos += 1
+        else:
+            while True:
+                if kind == "list":
+                    yield stream.value()
+                else:
+                    if stream.peek() != '"':
+                        raise stream.error("expected a key")
+                    key = stream.value()
+                    stream.expect(":", "':'")
+                    yield key, stream.value()
+                if stream.expect("," + closing, f"',' or '{closing}'") == closing:
+                    break
+        if stream.peek() != "":
+            raise stream.error("extra data after the JSON value")
+
+
+def iter_json_list(path: Path) -> Iterator[Any]:
+    """The values of the JSON list a file holds, one at a time (equal to iterating `json.load`'s list)."""
+    return _iter_container(Path(path), "list")
+
+
+def iter_json_dict(path: Path) -> Iterator[tuple[str, Any]]:
+    """The (key, value) pairs of the JSON object a file holds, one at a time (equal to `json.load(f).items()`)."""
+    return _iter_container(Path(path), "dict")
+
+
 def parse_pricing(pricing: str | None) -> tuple[list[float], str]:
     """(prices, price tag) of an Amazon price string: "$19.99$27.99" -> ([19.99, 27.99], "$19.99 to $27.99");
     an empty price is WebShop's default ([100.0], "$100.0")."""
@@ -89,50 +241,97 @@ def parse_pricing(pricing: str | None) -> tuple[list[float], str]:
     return prices[:2], f"${prices[0]} to ${prices[1]}"
 
 
+def read_attributes(path: Path) -> dict[str, dict[str, Any]]:
+    """items_ins_v2*.json, streamed: per ASIN the three entries `load_products` reads (attributes, instruction,
+    instruction_attributes), when present."""
+    keep = ("attributes", "instruction", "instruction_attributes")
+    attributes: dict[str, dict[str, Any]] = {}
+    for asin, entry in iter_json_dict(path):
+        if not isinstance(entry, dict):
+            raise UserError(f"{path}: the entry of {asin} is a {type(entry).__name__}, not an object: restore the file")
+        attributes[asin] = {k: entry[k] for k in keep if k in entry}
+    return attributes
+
+
+def _missing_field(path: Path, index: int, asin: Any, field: str) -> UserError:
+    which = f"product {index}" + (f" ({asin})" if isinstance(asin, str) else "")
+    return UserError(
+        f"{path}: {which} has no {field!r} field, which WebShop's load_products reads; restore the file from "
+        "WebShop's data (setup.sh)"
+    )
+
+
+def process_product(
+    p: dict[str, Any], attributes: dict[str, dict[str, Any]], *, path: Path, index: int
+) -> dict[str, Any]:
+    """One raw product turned into the dict WebShop's `load_products(..., human_goals=False)` serves, in place:
+    scrape keys dropped; Title, Description, Reviews, Rating, BulletPoints, Price, options, option_to_image,
+    Attributes, instruction_text, instruction_attributes and MainImage added; pricing parsed; query lower-cased."""
+    for key in _SCRAPE_KEYS:
+        p.pop(key, None)
+    for name in PRODUCT_FIELDS[1:]:
+        if name not in p:
+            raise _missing_field(path, index, p["asin"], name)
+    asin = p["asin"]
+    p["Title"] = p["name"]
+    p["Description"] = p["full_description"]
+    p["Reviews"] = []  # the small setting ships no reviews
+    p["Rating"] = "N.A."
+    small = p["small_description"]
+    p["BulletPoints"] = small if isinstance(small, list) else [small]
+    p["pricing"], p["Price"] = parse_pricing(p.get("pricing"))
+
+    options: dict[str, list[str]] = {}
+    option_to_image: dict[str, Any] = {}
+    for option_name, option_contents in (p["customization_options"] or {}).items():
+        if option_contents is None:
+            continue
+        values = []
+        for content in option_contents:
+            if "value" not in content:
+                raise _missing_field(path, index, asin, f"customization_options.{option_name}[].value")
+            value = content["value"].strip().replace("/", " | ").lower()
+            values.append(value)
+            option_to_image[value] = content.get("image", None)
+        options[option_name.lower()] = values
+    p["options"] = options
+    p["option_to_image"] = option_to_image
+
+    attrs = attributes.get(asin, {})
+    p["Attributes"] = attrs["attributes"] if "attributes" in attrs else ["DUMMY_ATTR"]
+    p["instruction_text"] = attrs.get("instruction", None)
+    p["instruction_attributes"] = attrs.get("instruction_attributes", None)
+    p["MainImage"] = p["images"][0] if p.get("images") else None
+    p["query"] = p["query"].lower().strip()
+    return p
+
+
 def load_products(product_path: Path, attribute_path: Path) -> list[dict[str, Any]]:
-    """WebShop's `load_products(..., human_goals=False)`: the product dicts the text environment serves."""
-    products = _read_json(product_path)
-    attributes = _read_json(attribute_path)
-    if not isinstance(products, list) or not isinstance(attributes, dict):
-        raise UserError(f"{product_path} must hold a list of products and {attribute_path} a dict keyed by ASIN")
+    """WebShop's `load_products(..., human_goals=False)`: the product dicts the text environment serves. Both files
+    are streamed, so WebShop's full items_shuffle.json (1.18M products, several GB) loads without being read whole;
+    a product lacking a field WebShop reads is a one-line UserError naming the file and the field."""
+    product_path, attribute_path = Path(product_path), Path(attribute_path)
+    attributes = read_attributes(attribute_path)
     asins: set[str] = set()
     all_products: list[dict[str, Any]] = []
-    for p in products:
-        for key in _SCRAPE_KEYS:
-            p.pop(key, None)
+    for index, p in enumerate(iter_json_list(product_path)):
+        if not isinstance(p, dict):
+            raise UserError(f"{product_path}: product {index} is a {type(p).__name__}, not an object: restore the file")
+        if "asin" not in p:
+            raise _missing_field(product_path, index, None, "asin")
+        # json.load shares the key strings of the whole file; a streamed value has its own: share them again
+        p = {sys.intern(k): v for k, v in p.items()}
         asin = p["asin"]
         if asin == "nan" or len(asin) > 10 or asin in asins:
             continue
         asins.add(asin)
-        p["Title"] = p["name"]
-        p["Description"] = p["full_description"]
-        p["Reviews"] = []  # the small setting ships no reviews
-        p["Rating"] = "N.A."
-        small = p["small_description"]
-        p["BulletPoints"] = small if isinstance(small, list) else [small]
-        p["pricing"], p["Price"] = parse_pricing(p.get("pricing"))
-
-        options: dict[str, list[str]] = {}
-        option_to_image: dict[str, Any] = {}
-        for option_name, option_contents in (p["customization_options"] or {}).items():
-            if option_contents is None:
-                continue
-            values = []
-            for content in option_contents:
-                value = content["value"].strip().replace("/", " | ").lower()
-                values.append(value)
-                option_to_image[value] = content.get("image", None)
-            options[option_name.lower()] = values
-        p["options"] = options
-        p["option_to_image"] = option_to_image
-
-        attrs = attributes.get(asin, {})
-        p["Attributes"] = attrs["attributes"] if "attributes" in attrs else ["DUMMY_ATTR"]
-        p["instruction_text"] = attrs.get("instruction", None)
-        p["instruction_attributes"] = attrs.get("instruction_attributes", None)
-        p["MainImage"] = p["images"][0] if p.get("images") else None
-        p["query"] = p["query"].lower().strip()
-        all_products.append(p)
+        product = process_product(p, attributes, path=product_path, index=index)
+        if product["instruction_text"] is not None and not product["instruction_attributes"]:
+            raise UserError(
+                f"{attribute_path}: {asin} has an 'instruction' but no 'instruction_attributes', which WebShop's "
+                "goals need; restore the file from WebShop's data"
+            )
+        all_products.append(product)
     return all_products
 
 
@@ -233,6 +432,31 @@ class Shop:
         raise UserError(f"unknown WebShop split {split!r}: use test or train")
 
 
+def read_title_nouns(root: Path) -> dict[str, list[str]]:
+    """title_nouns.json of a data root ({} when it has none: names are then parsed with spaCy)."""
+    path = data_folder(Path(root)) / NOUNS_FILE
+    nouns = _read_json(path) if path.is_file() else {}
+    if not isinstance(nouns, dict):
+        raise UserError(f"{path} must hold an object {{product name: [nouns]}}: restore it from the WebShop data")
+    return nouns
+
+
+def _check_nouns(products: list[dict[str, Any]], nouns: dict[str, list[str]], nouns_path: Path) -> None:
+    """Names without nouns need spaCy's en_core_web_sm at the first purchase: say so now, not in the middle of a run."""
+    missing = sum(p["name"] not in nouns for p in products)
+    if not missing:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("en_core_web_sm") is None:
+        raise UserError(
+            f"{missing} of {len(products)} WebShop product names have no nouns in {nouns_path}, and spaCy's "
+            "en_core_web_sm (which WebShop's type reward parses them with) is not installed: `pip install spacy` "
+            "and `python -m spacy download en_core_web_sm`, or add them to title_nouns.json"
+        )
+    logger.info("%d product names are not in %s: the type reward parses them with spaCy", missing, nouns_path)
+
+
 _CACHE: dict[tuple[str, int], Shop] = {}
 _LOCK = threading.Lock()
 
@@ -243,15 +467,17 @@ def load_shop(root: str | os.PathLike | None = None, seed: int = 0) -> Shop:
     key = (str(path), int(seed))
     with _LOCK:
         if key not in _CACHE:
-            products = load_products(path / PRODUCT_FILE, path / ATTRIBUTE_FILE)
+            files = product_files(path)
+            assert files is not None  # resolve_data_root checked it
+            products = load_products(*files)
             if not products:
-                raise UserError(f"WebShop data at {path} has no products in {PRODUCT_FILE}: restore the file")
+                raise UserError(f"WebShop data at {path} has no products in {files[0].name}: restore the file")
             rng = random.Random(seed)
             prices = generate_product_prices(products, rng)
             goals = get_synthetic_goals(products, prices, rng)
             random.Random(seed).shuffle(goals)
-            nouns_path = path / NOUNS_FILE
-            nouns = _read_json(nouns_path) if nouns_path.is_file() else {}
+            nouns = read_title_nouns(path)
+            _check_nouns(products, nouns, data_folder(path) / NOUNS_FILE)
             from seedcli.envs.webshop.reward import set_title_nouns
 
             set_title_nouns(nouns)

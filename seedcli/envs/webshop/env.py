@@ -17,7 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from seedcli.envs.base import Environment, StepResult, Task
+from pydantic import Field
+
+from seedcli.envs.base import Environment, EnvOptions, StepResult, Task
 from seedcli.envs.webshop.data import load_shop, resolve_data_root
 from seedcli.envs.webshop.engine import WebShopSession
 from seedcli.envs.webshop.expert import admissible_actions, expert_action, random_action
@@ -136,6 +138,14 @@ def render_webshop_prompt(
     return prompt
 
 
+class WebShopOptions(EnvOptions):
+    """`env_options` of WebShop."""
+
+    goal_seed: int = Field(
+        0, description="seed of the goal order and price caps (test = the first 500 goals in that order)"
+    )
+
+
 class WebShopGame:
     """One episode slot: a WebShop session on one goal; `expert` adds the expert's next action."""
 
@@ -221,13 +231,11 @@ class WebShopEnv(Environment):
     analysis_description = ANALYSIS_DESCRIPTION
     rules_version = RULES_VERSION
     expert_modes = (False, True)
+    options_model = WebShopOptions
 
     def __init__(self, data_root: str | None = None, **options: Any):
-        unknown = sorted(set(options) - {"goal_seed"})
-        if unknown:
-            raise UserError(f"unknown WebShop option(s) {', '.join(unknown)} in env_options: only goal_seed is known")
         super().__init__(data_root, **options)
-        self.goal_seed = int(options.get("goal_seed", 0))
+        self.goal_seed = int(self.options.get("goal_seed", 0))
 
     # -- data and tasks -----------------------------------------------------------------------------------------
 

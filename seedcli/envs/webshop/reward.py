@@ -8,12 +8,16 @@ Quirks kept on purpose, because every published WebShop number has them:
   normalised only when its value is exactly a colour word, and thefuzz compares the pair's text "('color', 'navy')";
 - an attribute not matched by fuzzy matching still counts when it occurs as a substring of the title, the bullet
   points or the description;
-- the type reward reads the nouns spaCy finds in the product names (`title_nouns.json` holds them for every product).
+- the type reward reads the nouns spaCy finds in the product names (`title_nouns.json` holds them for every product;
+  the data root's file is read on first use, so `get_reward` works on its own; `load_title_nouns(root)` names
+  another data root).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from thefuzz import fuzz
@@ -125,7 +129,8 @@ COLOR_SET = [
     "yellow",
 ]
 
-_NOUNS: dict[str, list[str]] = {}  # product name -> spaCy noun tokens (filled by `set_title_nouns`)
+_NOUNS: dict[str, list[str]] = {}  # product name -> spaCy noun tokens (`set_title_nouns`, or the data root's file)
+_DEFAULT_NOUNS: dict[str, Any] = {}  # {"root": the data root whose title_nouns.json was read (None: none found)}
 _SPACY: Any = None
 
 
@@ -134,9 +139,32 @@ def set_title_nouns(nouns: Mapping[str, list[str]]) -> None:
     _NOUNS.update(nouns)
 
 
+def load_title_nouns(root: str | os.PathLike | None = None) -> Path | None:
+    """Register the title_nouns.json of a WebShop data root, found as the environment finds it (`root`, else
+    $WEBSHOP_DATA, else ../shared/webshop); names registered earlier keep their nouns. Returns the data root, or None
+    when `root` is None and there is no data root (names then come from `set_title_nouns` or spaCy)."""
+    from seedcli.envs.webshop.data import read_title_nouns, resolve_data_root
+
+    try:
+        found = resolve_data_root(root)
+    except UserError:
+        if root is not None:
+            raise
+        found = None
+    _DEFAULT_NOUNS["root"] = found
+    if found is not None:
+        for name, nouns in read_title_nouns(found).items():
+            _NOUNS.setdefault(name, nouns)
+    return found
+
+
 def title_nouns(name: str) -> list[str]:
-    """Lower-cased NOUN/PROPN tokens of a product name: from title_nouns.json, else from spaCy if installed."""
+    """Lower-cased NOUN/PROPN tokens of a product name: from title_nouns.json (registered by the environment, else
+    read from the data root on first use), else from spaCy if installed."""
     nouns = _NOUNS.get(name)
+    if nouns is None and not _DEFAULT_NOUNS:
+        load_title_nouns()  # first use: so that get_reward works on its own, without the environment
+        nouns = _NOUNS.get(name)
     if nouns is not None:
         return nouns
     global _SPACY
@@ -146,8 +174,10 @@ def title_nouns(name: str) -> list[str]:
 
             _SPACY = spacy.load("en_core_web_sm")
         except (ImportError, OSError) as err:
+            root = _DEFAULT_NOUNS.get("root")
+            where = f"the title_nouns.json of {root}" if root else "title_nouns.json (no WebShop data root found)"
             raise UserError(
-                f"product name {name[:60]!r} is not in title_nouns.json and spaCy's en_core_web_sm is not "
+                f"product name {name[:60]!r} is not in {where} and spaCy's en_core_web_sm is not "
                 "installed: add the name to title_nouns.json or `pip install spacy` and its en_core_web_sm model"
             ) from err
     nouns = [t.text.lower() for t in _SPACY(name) if t.pos_ in ("PNOUN", "NOUN", "PROPN")]

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from seedcli.prompts import TASK_LINE_PREFIX, parse_action
+from seedcli.envs.alfworld.prompt import TASK_LINE_PREFIX, parse_action
 
 _NUMBERED = re.compile(r"\b([a-z]+) \d+\b")
 _OBJ = r"([a-z]+)(?: \d+)?"

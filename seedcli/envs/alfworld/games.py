@@ -1,8 +1,9 @@
-"""Real ALFWorld games (the `alfworld` 0.4.2 package over TextWorld's PDDL engine), one at a time or in a pool.
+"""Real ALFWorld games (the `alfworld` 0.4.2 package over TextWorld's PDDL engine): data root, splits, game
+discovery and selection, and one game played in this process (`AlfWorldGame`, with its experts).
 
     root = resolve_data_root()                      # explicit path, $ALFWORLD_DATA, or ../shared/alfworld
     games = select_games(list_games(root, "unseen"), n=12, seed=0)
-    with EnvPool(workers=2, expert=True) as pool:
+    with EnvPool(workers=2, expert=True) as pool:   # seedcli.envs.alfworld.env: many games in worker processes
         first = pool.reset_many([(slot, game) for slot, game in enumerate(games)])
         after = pool.step_many([(slot, r.expert_action) for slot, r in enumerate(first)])
 
@@ -18,33 +19,23 @@ and searches the room (receptacles where the object class can be, opening closed
 on what the agent can see: that is what `seed model init --warm-start expert` clones (a clone of the walkthrough
 walks to where the object was in *its* game, and wins none of the others).
 
-`AlfWorldEnv` (the end of this file) puts ALFWorld on the environment protocol (`seedcli.envs.base`): stages reach
-it as `get_env("alfworld")` and never import this module. Its game text also trains the tiny models' tokenizer.
-
 This module never imports torch; textworld and alfworld are imported lazily, after ALFWORLD_DATA is set.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
 import os
 import random
 import re
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
-from seedcli.envs.base import Environment, StepResult, Task, find_data_root, parse_think_action, select_balanced
-from seedcli.envs.pool import EnvPool as _GenericPool
+from seedcli.envs.base import StepResult, Task, find_data_root, select_balanced
 from seedcli.errors import UserError
-from seedcli.prompts import AGENT_PROMPT_VERSION, ALFWORLD_ANALYSIS_DESCRIPTION, TASK_LINE_PREFIX
-
-logger = logging.getLogger(__name__)
 
 # Folder prefix of a game (text before the first "-") -> short task-type name, in ALFWorld's task-type order.
 TASK_TYPES: dict[str, str] = {
@@ -409,191 +400,3 @@ class AlfWorldGame:
             self._handcoded, self._handcoded_next = None, None
         finally:
             random.setstate(saved)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Many games in worker processes
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class EnvPool(_GenericPool):
-    """ALFWorld game slots hosted by `workers` worker processes (`seedcli.envs.pool.EnvPool` with ALFWorld's old
-    signature). reset_many takes Games or paths of game.tw-pddl files."""
-
-    def __init__(
-        self,
-        workers: int,
-        expert: bool | str = False,
-        data_root: str | os.PathLike | None = None,
-        timeout_s: float = 300.0,
-    ):
-        self.data_root = resolve_data_root(data_root)
-        super().__init__(
-            AlfWorldEnv(data_root=str(self.data_root)),
-            workers,
-            expert=expert,
-            timeout_s=timeout_s,
-            worker_environ={"ALFWORLD_DATA": str(self.data_root)},
-        )
-
-    def _task_arg(self, task):
-        return task if isinstance(task, Task) else str(game_path(task, self.data_root))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The environment protocol (seedcli.envs.base)
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class AlfWorldEnv(Environment):
-    """ALFWorld on the environment protocol: tasks are games, categories the six task types."""
-
-    name = "alfworld"
-    title = "ALFWorld"
-    max_steps = 30
-    history = 5
-    success_reward = 10.0
-    invalid_penalty = 0.1
-    advantage_norm = "mean_std"
-    splits = SPLITS
-    train_split = "train"
-    eval_splits = ("valid_unseen", "valid_seen")
-    val_split = "valid_seen"
-    categories = SHORT_TASK_TYPES
-    category_names = {
-        "pick": "Pick",
-        "look": "Look",
-        "clean": "Clean",
-        "heat": "Heat",
-        "cool": "Cool",
-        "pick_two": "Pick Two",
-    }
-    category_aliases = {**{k: v for k, v in TASK_TYPES.items()}, "pick2": "pick_two"}
-    category_label = "task type"
-    task_noun = "game"
-    metric_labels = {"macro_success": "macro success", "micro_success": "micro success"}
-    paper_note = "The design card gives only the paper's macro averages; per-type paper numbers are not shown rather than guessed."
-    # Paper results (Qwen2.5-3B-Instruct), DESIGN.md §1, as fractions; only the macro-average is given.
-    paper_results = {
-        "valid_seen": {
-            "Vanilla": {"macro_success": 0.219},
-            "GRPO": {"macro_success": 0.750},
-            "SDAR": {"macro_success": 0.844},
-            "SEED": {"macro_success": 0.918},
-        },
-        "valid_unseen": {
-            "GRPO": {"macro_success": 0.709},
-            "SEED": {"macro_success": 0.862},
-        },
-    }
-    expert_modes = EXPERT_MODES
-    prompt_version = AGENT_PROMPT_VERSION
-    task_line_prefix = TASK_LINE_PREFIX
-    analysis_description = ALFWORLD_ANALYSIS_DESCRIPTION
-
-    def resolve_data_root(self) -> Path:
-        return resolve_data_root(self.data_root)
-
-    def spec(self) -> dict:
-        return {"data_root": str(resolve_data_root(self.data_root))}  # workers find the same data
-
-    def list_tasks(self, split: str) -> list[Task]:
-        return list(list_games(self.data_root, split))
-
-    def select_tasks(self, tasks, n, seed, categories=None):
-        return select_games(tasks, n, seed, categories)
-
-    def new_game(self, expert: bool | str = False) -> AlfWorldGame:
-        return AlfWorldGame(expert=expert, data_root=self.data_root)
-
-    def render_prompt(self, task, observation, admissible, step, history, history_length) -> str:
-        from seedcli.prompts import render_agent_prompt
-
-        return render_agent_prompt(task, observation, admissible or [], step, history, history_length)
-
-    def parse_action(self, response: str) -> tuple[str, bool]:
-        return parse_think_action(response)
-
-    def expert_response(self, result: StepResult) -> str:
-        # An expert with nothing to suggest looks around (a neutral command).
-        return self.format_response("I follow the expert plan.", result.expert_action or "look")
-
-    def random_response(self, result: StepResult, rng: random.Random) -> str:
-        choices = [a for a in (result.admissible or []) if a != "help"] or ["look"]
-        return self.format_response("I pick a random admissible action.", rng.choice(choices))
-
-    def rules_skill(self, trajectory) -> tuple[str, str]:
-        from seedcli.envs.alfworld_rules import rules_skill
-
-        return rules_skill(trajectory)
-
-    def sample_texts(self) -> list[str]:
-        try:
-            root = resolve_data_root(self.data_root)
-        except UserError as err:
-            logger.warning(
-                "tiny tokenizer trained without ALFWorld text (%s); prompts will tokenize less compactly", err
-            )
-            return []
-        return list(_alfworld_texts(str(root)))
-
-
-# ----------------------------------------------------------------------------------------- text for the tiny tokenizer
-
-
-# valid_seen and valid_unseen are complete in every copy of the data (the shared subset and a full download alike),
-# so the tiny tokenizer comes out the same everywhere; train games differ between copies.
-CORPUS_SPLITS = ("valid_seen", "valid_unseen")
-
-
-@lru_cache(maxsize=4)
-def _alfworld_texts(root: str) -> tuple[str, ...]:
-    texts: list[str] = []
-    for split in CORPUS_SPLITS:
-        for game in sorted(Path(root).glob(f"json_2.1.1/{split}/*/*/game.tw-pddl")):
-            texts.extend(_game_texts(game))
-    return tuple(texts)
-
-
-_TYPE_RE = re.compile(r"\((receptacleType|objectType) (\S+) (\w+)Type\)")
-_IN_RE = re.compile(r"\(inReceptacle (\S+) (\S+)\)")
-_RHS_RE = re.compile(r'"rhs": "((?:[^"\\]|\\.)*)"')
-
-
-def _game_texts(game_path: Path) -> Iterator[str]:
-    """Sentences shaped like the text-game's observations, admissible actions and task, derived from one game file."""
-    game = json.loads(game_path.read_text(encoding="utf-8"))
-    for rhs in _RHS_RE.findall(game.get("grammar", "")):
-        yield rhs.replace("\\n", "\n")
-    names: dict[str, str] = {}
-    kinds: dict[str, str] = {}
-    counts: dict[str, int] = {}
-    for kind, ident, type_name in _TYPE_RE.findall(game.get("pddl_problem", "")):
-        base = type_name.lower()
-        counts[base] = counts.get(base, 0) + 1
-        names[ident] = f"{base} {counts[base]}"
-        kinds[ident] = kind
-    receptacles = [n for i, n in names.items() if kinds[i] == "receptacleType"]
-    objects = [n for i, n in names.items() if kinds[i] == "objectType"]
-    if receptacles:
-        yield (
-            "You are in the middle of a room. Looking quickly around you, you see "
-            + ", ".join(f"a {r}" for r in receptacles)
-            + "."
-        )
-    contents: dict[str, list[str]] = {}
-    for obj, rec in _IN_RE.findall(game.get("pddl_problem", "")):
-        if obj in names and rec in names:
-            contents.setdefault(names[rec], []).append(names[obj])
-    for rec, objs in contents.items():
-        yield f"You arrive at {rec}. On the {rec}, you see " + ", ".join(f"a {o}" for o in objs) + "."
-        yield ", ".join([f"go to {rec}", *(f"take {o} from {rec}" for o in objs), "inventory", "look"])
-    for obj in objects[:8]:
-        yield f"You pick up the {obj}. You move the {obj} to the {receptacles[0] if receptacles else 'countertop 1'}."
-    yield ", ".join(game.get("walkthrough", []))
-    traj_path = game_path.with_name("traj_data.json")
-    if traj_path.exists():
-        traj = json.loads(traj_path.read_text(encoding="utf-8"))
-        for ann in traj.get("turk_annotations", {}).get("anns", []):
-            yield ann.get("task_desc", "")
-            yield " ".join(ann.get("high_descs", []))

@@ -1,0 +1,267 @@
+"""`seed inspect RUN`: read a run's episodes as a person would. Works for every stage that plays episodes.
+
+    seed inspect runs/eval/<id>                  # a table of the episodes (id, category, won, score, length), then one in full
+    seed inspect runs/eval/<id> --failed         # only the failed episodes
+    seed inspect runs/collect/<id> --episode e0003-r01
+    seed inspect runs/rl/<id> --step 12          # rl: a sampled update, per-token score shift (seedcli.rl.inspect)
+
+An episode in full: its task, then each turn's observation (abridged), response (abridged), action, whether it was
+valid and admissible, the invalid-turn penalty rl would give it, any image observation (as a path, for visual
+environments), and the episode's reward and score. Collect runs hold trajectories.jsonl, eval runs episodes.jsonl;
+both hold `seedcli.records.Trajectory` records.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from seedcli.errors import UserError
+from seedcli.records import RECORD_SCHEMA_VERSION, iter_jsonl
+
+EPISODE_FILES = {"collect": "trajectories.jsonl", "eval": "episodes.jsonl"}
+SAMPLES = "samples.jsonl"
+OBSERVATION_CHARS = 400  # an observation is shown up to this many characters
+RESPONSE_CHARS = 300
+TABLE_ROWS = 200  # longer listings end with a count of the rows left out
+IMAGE_KEYS = ("images", "image", "observation_images")  # where a visual environment's record names its images
+
+
+def locate(run: str | Path) -> tuple[str, Path]:
+    """("rl", samples.jsonl) or ("episodes", the collect/eval episode file) of a run directory or file."""
+    path = Path(run)
+    if not path.exists():
+        raise UserError(f"{path}: no such file or directory; pass a run directory (runs/<stage>/<id>/)")
+    if path.is_file():
+        return ("rl" if path.name == SAMPLES else "episodes"), path
+    stage = None
+    manifest = path / "manifest.json"
+    if manifest.is_file():
+        try:
+            stage = json.loads(manifest.read_text()).get("stage")
+        except (OSError, ValueError, AttributeError):
+            stage = None
+    if stage == "rl" or (stage is None and (path / SAMPLES).exists()):
+        return "rl", path
+    for name in [EPISODE_FILES[stage]] if stage in EPISODE_FILES else list(EPISODE_FILES.values()):
+        if (path / name).exists():
+            return "episodes", path / name
+    what = f"a {stage} run" if stage else "not a run directory"
+    raise UserError(
+        f"{path}: {what} with no {' or '.join(EPISODE_FILES.values())}; `seed inspect` takes a collect or eval run "
+        "(its episodes) or an rl run (its sampled updates)"
+    )
+
+
+def read_episodes(path: Path) -> list[dict[str, Any]]:
+    """The episode records of a collect/eval file as dicts (extra fields, such as image paths, kept); records of
+    schema 1 (ALFWorld: game_file, task_type) are read under schema 2's names."""
+    episodes = []
+    for lineno, rec in enumerate(iter_jsonl(path), start=1):
+        if not isinstance(rec, dict) or "turns" not in rec or "episode_id" not in rec:
+            raise UserError(f"{path}:{lineno}: not an episode record (no episode_id/turns); pass a collect or eval run")
+        version = rec.get("schema_version", 1)
+        if isinstance(version, int) and version > RECORD_SCHEMA_VERSION:
+            raise UserError(
+                f"{path}:{lineno}: record schema {version} is newer than this seedcli's ({RECORD_SCHEMA_VERSION}); "
+                "upgrade seedcli to read it"
+            )
+        rec.setdefault("category", rec.get("task_type", ""))
+        rec.setdefault("task_id", rec.get("game_file", ""))
+        rec.setdefault("env", "alfworld")
+        rec.setdefault("score", 1.0 if rec.get("won") else 0.0)
+        episodes.append(rec)
+    if not episodes:
+        raise UserError(f"{path}: no episodes yet; inspect again once the run has finished some")
+    return episodes
+
+
+def pick_episode(episodes: list[dict], episode_id: str, path: Path) -> dict:
+    """The episode with this id (or, failing that, this task id); else a one-line error naming a few that exist."""
+    for key in ("episode_id", "task_id"):
+        for rec in episodes:
+            if rec.get(key) == episode_id:
+                return rec
+    ids = [str(r["episode_id"]) for r in episodes]
+    shown = ", ".join(ids[:5]) + (f", … ({len(ids)} in all)" if len(ids) > 5 else "")
+    raise UserError(f"no episode {episode_id!r} in {path}; its episodes are {shown}")
+
+
+def abridge(text: str, limit: int) -> str:
+    """The text up to `limit` characters, with what was cut counted ("… (+123 chars)")."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f" … (+{len(text) - limit} chars)"
+
+
+def _images(record: dict, base: Path) -> list[str]:
+    """Image paths a record names (a visual environment's observations), resolved against the run directory."""
+    out = []
+    for key in IMAGE_KEYS:
+        value = record.get(key)
+        for item in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+            if not isinstance(item, str):
+                continue
+            path = Path(item) if Path(item).is_absolute() else base / item
+            out.append(f"{path}" + ("" if path.exists() else " (missing)"))
+    return out
+
+
+def _penalty(env_name: str) -> float | None:
+    from seedcli.envs import env_class
+
+    try:
+        return float(env_class(env_name).invalid_penalty)
+    except UserError:
+        return None
+
+
+def _score_text(score: Any) -> str:
+    return f"{score:.2f}" if isinstance(score, (int, float)) and not isinstance(score, bool) else "—"
+
+
+def episode_table(episodes: list[dict], title: str):
+    """A rich Table of the episodes: id, category, won, score, length, invalid turns, task (abridged)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("episode", "category", "won", "score", "length", "invalid"):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("score", "length", "invalid") else "left")
+    table.add_column("task", no_wrap=True, overflow="ellipsis", max_width=72)
+    for rec in episodes[:TABLE_ROWS]:
+        invalid = sum(not t.get("valid", True) for t in rec.get("turns", []))
+        table.add_row(
+            str(rec["episode_id"]),
+            str(rec.get("category", "")),
+            "[green]yes[/green]" if rec.get("won") else "[red]no[/red]",
+            _score_text(rec.get("score")),
+            str(rec.get("length", len(rec.get("turns", [])))),
+            str(invalid),
+            str(rec.get("task", "")),
+        )
+    return table
+
+
+def render_episode(rec: dict[str, Any], base: Path) -> list:
+    """Rich renderables for one episode in full."""
+    from rich.panel import Panel
+    from rich.text import Text
+
+    penalty = _penalty(rec.get("env", "alfworld"))
+    won = bool(rec.get("won"))
+    head = Text()
+    head.append(f"episode {rec['episode_id']}  ", style="bold")
+    head.append(f"{rec.get('env', '')} {rec.get('split', '')} · {rec.get('category', '')}  ")
+    head.append("WON" if won else "lost", style="bold green" if won else "bold red")
+    head.append(f"  score {_score_text(rec.get('score'))}  reward {rec.get('reward', 0.0):g}")
+    head.append(f"  ({rec.get('length', len(rec.get('turns', [])))} steps)\n")
+    head.append(f"task id: {rec.get('task_id', '')}\n")
+    policy = rec.get("policy", "model")
+    head.append(f"policy: {policy}" + (f" ({rec.get('model_id', '')})" if policy == "model" else "") + "\n")
+    head.append("task: ", style="bold")
+    head.append(str(rec.get("task", "")))
+    for image in _images(rec, base):
+        head.append(f"\nimage: {image}")
+    out: list = [Panel(head, title="seed inspect", expand=True)]
+    for turn in rec.get("turns", []):
+        line = Text()
+        line.append(f"turn {turn.get('step')}: ", style="bold")
+        line.append(f"action '{turn.get('action', '')}'  ")
+        valid = turn.get("valid", True)
+        line.append("valid" if valid else "INVALID", style="green" if valid else "red")
+        if not valid and penalty:
+            line.append(f" (rl penalty −{penalty:g})")
+        shown = turn.get("admissible") or []
+        # a placeholder such as WebShop's "search[<your query>]" stands for free text: nothing to flag there
+        if shown and not turn.get("admissible_action", False) and not any("<" in a for a in shown):
+            line.append("  not an admissible action", style="yellow")
+        if turn.get("finish_reason") == "length":
+            line.append("  cut at max_new_tokens", style="yellow")
+        out.append(line)
+        body = Text()
+        body.append("  observation: ", style="dim")
+        body.append(abridge(turn.get("observation", ""), OBSERVATION_CHARS).replace("\n", " ⏎ "))
+        for image in _images(turn, base):
+            body.append(f"\n  image: {image}", style="dim")
+        body.append("\n  response: ", style="dim")
+        body.append(abridge(turn.get("response", ""), RESPONSE_CHARS).replace("\n", " ⏎ "))
+        out.append(body)
+    tail = Text()
+    tail.append("outcome: ", style="bold")
+    tail.append("won" if won else "not won")
+    tail.append(
+        f"; score {_score_text(rec.get('score'))} (the environment's, in [0, 1]); reward {rec.get('reward', 0.0):g}"
+    )
+    invalid = sum(not t.get("valid", True) for t in rec.get("turns", []))
+    if invalid and penalty:
+        tail.append(f"; {invalid} invalid turn(s), −{penalty:g} each in rl")
+    out.append(tail)
+    return out
+
+
+def show_episodes(
+    run: str | Path, *, episode: str | None = None, failed: bool = False, console=None
+) -> dict[str, Any] | None:
+    """Print a collect/eval run's episodes: with `episode`, that one in full; else a table (only the failed ones
+    with `failed`) and the first listed in full. Returns the episode shown in full (None when none is listed)."""
+    from rich.console import Console
+
+    kind, path = locate(run)
+    if kind != "episodes":
+        raise UserError(f"{run}: an rl run; its logged samples are chosen with --step N, not --episode/--failed")
+    base = path.parent
+    episodes = read_episodes(path)
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)  # a pipe or a file: no need to squeeze into 80 columns
+    if episode is not None:
+        rec = pick_episode(episodes, episode, path)
+        for item in render_episode(rec, base):
+            console.print(item)
+        return rec
+    episodes = sorted(episodes, key=lambda r: str(r["episode_id"]))  # the file holds them in the order they ended
+    listed = [r for r in episodes if not r.get("won")] if failed else episodes
+    wins = sum(bool(r.get("won")) for r in episodes)
+    scores = [r["score"] for r in episodes if isinstance(r.get("score"), (int, float))]
+    summary = f"{len(episodes)} episodes, {wins} won" + (
+        f", mean score {sum(scores) / len(scores):.3f}" if scores else ""
+    )
+    if not listed:
+        console.print(f"{path}: {summary}; no failed episode to show")
+        return None
+    console.print(episode_table(listed, f"{'failed episodes' if failed else 'episodes'} of {path}"))
+    if len(listed) > TABLE_ROWS:
+        console.print(f"… {len(listed) - TABLE_ROWS} more not listed (`--episode ID` shows any of them)")
+    console.print(f"{summary}. Shown in full: {listed[0]['episode_id']} (`--episode ID` for another)\n")
+    for item in render_episode(listed[0], base):
+        console.print(item)
+    return listed[0]
+
+
+def inspect_run(
+    run: str | Path,
+    *,
+    step: int | None = None,
+    episode: str | None = None,
+    failed: bool = False,
+    console=None,
+) -> dict[str, Any] | None:
+    """`seed inspect RUN`: an rl run's sampled update (`step`), or a collect/eval run's episodes."""
+    kind, path = locate(run)
+    if kind == "rl":
+        if episode is not None or failed:
+            raise UserError(
+                f"{run}: an rl run; --episode and --failed choose episodes of collect and eval runs, an rl run's "
+                "logged samples are chosen with --step N"
+            )
+        from seedcli.rl.inspect import show_samples
+
+        return show_samples(path, step, console)
+    if step is not None:
+        raise UserError(
+            f"{run}: not an rl run; --step chooses an rl run's update, here choose an episode with --episode ID"
+        )
+    return show_episodes(path, episode=episode, failed=failed, console=console)

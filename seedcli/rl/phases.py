@@ -1,0 +1,486 @@
+"""The phases of one SEED update after the rollouts (DESIGN.md §1, Stage 2; the paper's Algorithm 1), each one call
+from the rl stage: `analyse` (π_old writes a hindsight skill per episode) → `gather_episodes` → `rescore` (ℓ_old,
+ℓ_skill, ℓ_ref without gradient, and the advantages) → `update_policy` (one epoch of dual-clip PPO + k3 KL − entropy
++ λ_opd·OPD) → `refresh_and_prove` (the rollout engine gets the new weights, `rl/engine_sync.py`) → `update_metrics`,
+`sample_record` and `save_update_checkpoint`. Also the models the phases share (`load_models`, `RLContext`).
+
+No environment here: the stage plays the games (`seedcli.rollout`) and hands in how a skill enters a prompt
+(`RLContext.insert_skill`) and the reward convention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from seedcli.config import RLConfig
+from seedcli.rl import distributed as D
+from seedcli.rl.engine_sync import phase_memory, prove_start_weights, refresh_engine
+from seedcli.rl.rescoring import TurnSample
+from seedcli.rl.skill_library import SkillLibrary
+from seedcli.rl.trainer import LossWeights, UpdateResult, update_seed
+
+# --------------------------------------------------------------------------------------------- what the phases share
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the algorithm switches decide (DESIGN.md §1: baselines are switches of the same loop)."""
+
+    analyzer: str  # self | static | none
+    library: SkillLibrary | None
+    opd_coef: float
+    opd_beta: float
+
+    @property
+    def teacher(self) -> bool:
+        """Whether the skill-context re-scoring runs (GRPO and --analyzer none skip it, so their cost is honest)."""
+        return self.analyzer != "none" and self.opd_coef > 0
+
+
+@dataclasses.dataclass
+class Models:
+    """The trainer's models on this rank."""
+
+    lm: Any  # the actor: a Hugging Face causal LM (fp32 master weights; sharded under FSDP)
+    train_model: Any  # Scorer(lm) wrapped for DDP / FSDP: what the phases call
+    ref_model: Any  # the frozen starting model (Scorer, wrapped); None without a KL term
+    optimizer: Any
+    shared: bool  # the hf engine generates with `lm` itself: refresh is free, the probe still runs
+
+
+@dataclasses.dataclass
+class RLContext:
+    """Everything the phases of an update read: the config and switches, this rank, the rollout engine, the models,
+    and what the stage handed in from the environment."""
+
+    cfg: RLConfig
+    plan: Plan
+    info: Any  # DistInfo
+    engine: Any
+    meta: dict  # engine, model id and hash: what the trajectories carry
+    models: Models
+    weights: LossWeights
+    base_settings: Any  # RolloutSettings of the config; each update derives its seed
+    check_sync: Callable[[int], dict[str, float]]  # the probe check (engine_sync.ProbeCheck)
+    checksum_names: list[str]
+    insert_skill: Callable[[str, str], str]  # the environment's skill-augmented prompt
+    win_reward: float  # the environment's reward convention (ALFWorld 10 / 0.1, search 1 / 0.01)
+    invalid_penalty: float
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+
+def load_lm(path: Path, info, dtype=None):
+    """A Hugging Face causal LM (fp32 by default: the master weights) on this rank's device; FSDP then shards it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+    return lm.to(info.device)  # under FSDP, fully_shard then shards the parameters already on the rank's GPU
+
+
+def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path, *, resumed: bool) -> Models:
+    """The actor (from `start_dir`: the starting model or the checkpoint resumed), the frozen reference (always the
+    starting model `model_dir`) and AdamW. The hf engine on one process or DDP shares the actor's weights."""
+    import torch
+
+    from seedcli.rl.trainer import Scorer
+
+    shared = cfg.engine == "hf" and not info.fsdp and getattr(engine, "model", None) is not None
+    if shared:
+        lm = engine.model  # the hf engine generates with the live weights: refresh is free, the probe still runs
+        lm.float()
+    else:
+        lm = load_lm(start_dir, info)
+    # on by default on GPU: a 3B model's activations for 16k-token micro-batches are ~76 GiB without it
+    if cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else info.device.type == "cuda":
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for p in lm.parameters():
+        p.requires_grad_(True)
+    train_model = D.wrap_for_training(Scorer(lm), info)
+
+    ref_model = None
+    if cfg.kl_coef > 0:
+        # the frozen starting model; on GPU in bf16 (FSDP computes in bf16 anyway): half the memory
+        ref_dtype = torch.bfloat16 if info.device.type == "cuda" else torch.float32
+        ref_lm = copy.deepcopy(lm) if (not resumed and not info.fsdp) else load_lm(model_dir, info, ref_dtype)
+        ref_lm.eval()
+        for p in ref_lm.parameters():
+            p.requires_grad_(False)
+        ref_model = D.wrap_frozen(Scorer(ref_lm), info)
+
+    optimizer = torch.optim.AdamW(
+        [p for p in train_model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
+    return Models(lm, train_model, ref_model, optimizer, shared)
+
+
+class PhaseLog:
+    """Seconds per phase (`timing_s/<phase>`) and, on CUDA, GPU memory at each phase's end (`mem/<phase>/...`)."""
+
+    def __init__(self, info) -> None:
+        self.info = info
+        self.timing: dict[str, float] = {}
+        self.mem: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.timing[phase] = time.perf_counter() - t0
+
+    def memory(self, phase: str) -> None:
+        phase_memory(self.info, phase, self.mem)
+
+
+# --------------------------------------------------------------------------------------------- analyse
+
+
+def analyse(ctx: RLContext, episodes: Sequence, step: int) -> tuple[list[str | None], list[str | None]]:
+    """(skill, rejection reason) of each of this rank's episodes: π_old writes a skill for each finished episode
+    (greedy, the shared analysis prompt and parser), or the static library answers; None where there is none."""
+    cfg, plan = ctx.cfg, ctx.plan
+    skills: list[str | None] = [None] * len(episodes)
+    reasons: list[str | None] = ["analyzer_off"] * len(episodes)
+    if plan.analyzer == "self" and episodes:
+        from seedcli.analyzers.policy import analyze_with_engine
+
+        parsed = analyze_with_engine(
+            ctx.engine,
+            episodes,
+            cfg.analyzer_max_new_tokens,
+            temperature=0.0,
+            seed=update_seed(cfg.seed, step, "analyze", ctx.info.rank),
+            max_prompt_chars=cfg.analysis_max_chars,
+        )
+        skills = [p.skill if p.kept else None for p in parsed]
+        reasons = [None if p.kept else p.reason for p in parsed]
+    elif plan.analyzer == "static":
+        skills = [plan.library.skill_for(ep.category, ep.episode_id) for ep in episodes]
+        reasons = [None if s else "no_static_skill_for_type" for s in skills]
+    return skills, reasons
+
+
+@dataclasses.dataclass
+class Batch:
+    """Every rank's episodes of this update (by episode id) with their skills and rejection reasons."""
+
+    episodes: list
+    skills: list[str | None]
+    reasons: list[str | None]
+
+
+def gather_episodes(episodes: Sequence, skills: Sequence, reasons: Sequence, info) -> Batch:
+    """All ranks' episodes, skills and reasons, in episode-id order (every rank needs every score for advantages)."""
+    gathered = D.all_gather_object(list(zip(episodes, skills, reasons, strict=False)), info)
+    rows = sorted((row for part in gathered for row in part), key=lambda row: row[0].episode_id)
+    return Batch([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+
+
+# --------------------------------------------------------------------------------------------- rescore
+
+
+@dataclasses.dataclass
+class Rescored:
+    """The update's turn-samples (all ranks', with advantages), the mini-batch plan, this rank's share re-scored,
+    and what the metrics and samples.jsonl need of the re-scoring."""
+
+    samples: list[TurnSample]
+    minibatches: list[list[list[int]]]
+    mine: list[TurnSample]
+    forwards: dict[str, int]
+    teacher_s: float  # seconds of the skill-context (teacher) pass
+    shift_sum: float  # Σ (ℓ_skill − ℓ_old) over this rank's tokens with a skill
+    shift_n: int
+    sample_episode: int = 0  # the episode samples.jsonl logs, and its turns on this rank
+    sample_rows: list | None = None
+
+
+def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Rescored:
+    """Turn-samples of `batch` with group-normalised advantages; this rank tokenises its share (the other ranks'
+    prompt lengths are exchanged, for packing and the loss's token counts) and re-scores it without gradient."""
+    from seedcli.rl.rescoring import build_turn_samples, render_samples, rescore_samples, share_lengths
+    from seedcli.rl.trainer import plan_minibatches, rank_indices
+
+    cfg, info, engine = ctx.cfg, ctx.info, ctx.engine
+
+    def render(text: str) -> list[int]:
+        return list(engine.render([{"role": "user", "content": text}]))
+
+    samples = build_turn_samples(
+        batch.episodes,
+        batch.skills,
+        None,
+        insert_skill=ctx.insert_skill,
+        with_skill_context=ctx.plan.teacher,
+        win_reward=ctx.win_reward,
+        invalid_penalty=ctx.invalid_penalty,
+        normalize_std=cfg.advantage_norm == "mean_std",
+    )
+    minibatches = plan_minibatches(len(samples), cfg.mini_batch, info.world, update_seed(cfg.seed, step, "minibatch"))
+    mine_idx = rank_indices(minibatches, info.rank)
+    render_samples(samples, mine_idx, render)
+    share_lengths(samples, mine_idx, lambda obj: D.all_gather_object(obj, info))
+    mine = [samples[i] for i in mine_idx]
+    models = ctx.models
+    models.train_model.eval()
+    timings: dict[str, float] = {}
+    forwards = rescore_samples(
+        mine,
+        old_fn=models.train_model,
+        ref_fn=models.ref_model,
+        teacher=ctx.plan.teacher,
+        max_tokens=cfg.micro_batch_tokens,
+        pad_id=ctx.pad_id,
+        device=info.device,
+        timings=timings,
+        sync_count=lambda n: D.max_over_ranks(n, info),  # every rank runs as many forwards as the busiest
+    )
+    D.reshard(models.train_model)
+    shift_sum, shift_n = 0.0, 0
+    for s in mine:
+        if s.skill_logp is not None:
+            shift_sum += float((s.skill_logp - s.old_logp).sum())
+            shift_n += len(s.response_ids)
+    out = Rescored(samples, minibatches, mine, forwards, timings.get("teacher", 0.0), shift_sum, shift_n)
+    if want_sample and batch.episodes:
+        out.sample_episode = choose_sample_episode(batch.episodes, batch.skills)
+        out.sample_rows = [
+            (
+                s.turn_index,
+                s.response_ids,
+                s.old_logp.tolist(),
+                s.skill_logp.tolist() if s.skill_logp is not None else None,
+                s.advantage,
+            )
+            for s in mine
+            if s.episode_index == out.sample_episode
+        ]
+    return out
+
+
+def choose_sample_episode(episodes: list, skills: list[str | None]) -> int:
+    """The episode whose score shift is logged: a won one with a skill, else any with a skill, else the first."""
+    for want_won in (True, False):
+        for i, (ep, skill) in enumerate(zip(episodes, skills, strict=False)):
+            if skill and (ep.won or not want_won):
+                return i
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- update and refresh
+
+
+def update_policy(ctx: RLContext, scored: Rescored) -> UpdateResult:
+    """One epoch of dual-clip PPO + k3 KL − entropy + λ_opd·OPD on θ over the update's mini-batches (advantages
+    are in the samples)."""
+    from seedcli.rl.trainer import train_update
+
+    cfg, models = ctx.cfg, ctx.models
+    return train_update(
+        models.train_model,
+        models.optimizer,
+        scored.samples,
+        scored.minibatches,
+        ctx.info,
+        weights=ctx.weights,
+        micro_tokens=cfg.micro_batch_tokens,
+        grad_clip=cfg.grad_clip,
+        pad_id=ctx.pad_id,
+        use_ref=models.ref_model is not None,
+    )
+
+
+def prove_start(ctx: RLContext, step: int) -> None:
+    """Before the first update of a session: the engine must already hold the trainer's weights (a broken engine
+    fails now, not after an hour of rollouts)."""
+    prove_start_weights(
+        ctx.engine,
+        ctx.models.lm,
+        ctx.info,
+        step,
+        shared=ctx.models.shared,
+        checksum_names=ctx.checksum_names,
+        check_sync=ctx.check_sync,
+    )
+
+
+def refresh_and_prove(ctx: RLContext, step: int) -> dict[str, float]:
+    """Refresh the rollout engine with the new weights and prove it holds them (`engine_sync.refresh_engine`);
+    under DDP also check that every rank holds the same weights."""
+    from seedcli.errors import UserError
+
+    info = ctx.info
+    sync = refresh_engine(
+        ctx.engine,
+        ctx.models.lm,
+        info,
+        step,
+        shared=ctx.models.shared,
+        checksum_names=ctx.checksum_names,
+        check_sync=ctx.check_sync,
+    )
+    if info.world > 1 and not info.fsdp:
+        digests = D.all_gather_object(D.param_digest(ctx.models.lm), info)
+        sync["dist/ranks_in_sync"] = float(len(set(digests)) == 1)
+        if len(set(digests)) != 1:
+            raise UserError(f"update {step}: the ranks' weights differ after the update (DDP out of sync); stopped")
+    return sync
+
+
+# --------------------------------------------------------------------------------------------- metrics and samples
+
+
+def update_metrics(
+    ctx: RLContext,
+    step: int,
+    *,
+    epoch: int,
+    games: int,
+    batch: Batch,
+    episode_summary: dict,
+    scored: Rescored,
+    result: UpdateResult,
+    sync: dict[str, float],
+    log: PhaseLog,
+) -> dict[str, Any]:
+    """The update's metrics.jsonl record (every rank computes it; rank 0 writes). `episode_summary` is
+    `seedcli.rollout.episode_metrics` of the batch's episodes."""
+    import torch
+
+    info, plan, episodes, samples = ctx.info, ctx.plan, batch.episodes, scored.samples
+    stats = torch.tensor(
+        [scored.shift_sum, float(scored.shift_n), float(scored.forwards.get("padding", 0))],
+        dtype=torch.float64,
+        device=info.device,
+    )
+    stats = D.all_reduce_(stats, info).cpu().tolist()
+    ep, timing = episode_summary, log.timing
+    tokens_gen = sum(len(t.response_ids) for e in episodes for t in e.turns)
+    tokens_all = sum(s.length for s in samples) + sum(s.skill_length for s in samples if s.has_skill)
+    elapsed = sum(timing.values())
+    kept = sum(1 for s in batch.skills if s)
+    rejected = Counter(r for r in batch.reasons if r and r != "analyzer_off")
+    record: dict[str, Any] = {
+        "step": step,
+        "epoch": epoch,
+        "reward/mean": sum(ctx.win_reward * e.won - ctx.invalid_penalty * e.invalid_turns for e in episodes)
+        / max(len(episodes), 1),
+        "reward/score_mean": sum(e.score for e in episodes) / max(len(episodes), 1),
+        "reward/turn_score_mean": sum(s.score for s in samples) / max(len(samples), 1),
+        "rollout/success_rate": ep["success_rate"],
+        **{f"rollout/success/{k}": v for k, v in ep["success_by_type"].items()},
+        "rollout/episodes": len(episodes),
+        "rollout/games": games,
+        "rollout/turn_samples": len(samples),
+        "rollout/response_tokens": tokens_gen,
+        "rollout/truncated_frac": sum(t.finish_reason == "length" for e in episodes for t in e.turns)
+        / max(sum(len(e.turns) for e in episodes), 1),
+        "env/episode_length": ep["mean_length"],
+        "env/invalid_rate": ep["invalid_rate"],
+        **result.metrics,
+        "actor/lr": ctx.cfg.lr,
+        "opd/valid_skill_frac": kept / max(len(episodes), 1) if plan.analyzer != "none" else 0.0,
+        "opd/shift_mean": stats[0] / stats[1] if stats[1] else 0.0,
+        "opd/coef": ctx.weights.opd_coef,
+        "opd/beta": ctx.weights.opd_beta,
+        **{f"analyzer/rejected/{k}": v for k, v in rejected.items()},
+        **{f"timing_s/{k}": v for k, v in timing.items()},
+        "perf/tokens_per_s": tokens_all / elapsed if elapsed > 0 else 0.0,
+        "perf/gen_tokens_per_s": tokens_gen / timing["rollout"] if timing["rollout"] > 0 else 0.0,
+        "dist/padding_forwards_rescore": stats[2],
+        **sync,
+        **log.mem,
+    }
+    if result.cause:
+        record["actor/skip_cause"] = result.cause
+    return record
+
+
+def sample_record(ctx: RLContext, step: int, batch: Batch, scored: Rescored) -> dict | None:
+    """samples.jsonl on sampled updates (rank 0; every rank joins the gather): one episode with its skill and, per
+    response token, ℓ_old, ℓ_skill, the shift and the gate. None on other updates and other ranks."""
+    if scored.sample_rows is None:
+        return None
+    rows = [row for part in D.all_gather_object(scored.sample_rows, ctx.info) for row in part]
+    if not ctx.info.is_main:
+        return None
+    chosen = scored.sample_episode
+    episode, beta = batch.episodes[chosen], ctx.weights.opd_beta
+    turns = []
+    for turn_index, response_ids, old, skill_lp, advantage in sorted(rows, key=lambda r: r[0]):
+        turn = episode.turns[turn_index]
+        entry = {
+            "turn": turn_index + 1,
+            "action": turn.action,
+            "valid": turn.valid,
+            "advantage": advantage,
+            "tokens": [ctx.tokenizer.decode([t]) for t in response_ids],
+            "old_logp": old,
+        }
+        if skill_lp is not None:
+            shift = [b - a for a, b in zip(old, skill_lp, strict=False)]
+            entry["skill_logp"] = skill_lp
+            entry["shift"] = shift
+            entry["gate"] = [1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, beta * d)))) for d in shift]
+        turns.append(entry)
+    return {
+        "step": step,
+        "episode_id": episode.episode_id,
+        "task": episode.task,
+        "category": episode.category,
+        "won": episode.won,
+        "score": episode.score,
+        "length": episode.length,
+        "skill": batch.skills[chosen],
+        "skill_reason": batch.reasons[chosen],
+        "skill_source": ctx.plan.analyzer,
+        "opd_beta": beta,
+        "turns": turns,
+    }
+
+
+# --------------------------------------------------------------------------------------------- checkpoint
+
+
+def checkpoint_dtype(cfg: RLConfig, info):
+    """dtype of the checkpoints' model weights: bf16 on GPU (what vLLM serves them in; half the disk), fp32 on CPU."""
+    import torch
+
+    if cfg.checkpoint_dtype == "auto":
+        return torch.bfloat16 if info.device.type == "cuda" else torch.float32
+    return getattr(torch, cfg.checkpoint_dtype)
+
+
+def save_update_checkpoint(ctx: RLContext, root: Path, step: int, state: dict[str, Any]) -> Path:
+    """`root/step_NNNNNN/` (every rank calls it): the actor, optimizer, RNG states and `state` (sampler position,
+    non-finite streak, the update's metrics)."""
+    from seedcli.rl.trainer import save_checkpoint
+
+    models = ctx.models
+    return save_checkpoint(
+        root,
+        step,
+        lm=models.lm,
+        tokenizer=ctx.tokenizer,
+        optimizer=models.optimizer,
+        train_module=models.train_model,
+        info=ctx.info,
+        state=state,
+        keep=ctx.cfg.keep_checkpoints,
+        model_dtype=checkpoint_dtype(ctx.cfg, ctx.info),
+    )

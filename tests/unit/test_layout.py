@@ -1,0 +1,155 @@
+"""Imports run only downward (DESIGN.md §4): `cli → stages → {envs, engines, analyzers, rl} → {records, artifacts,
+config, prompts}`. Read from the source with `ast`, so nothing is imported and an import inside a function counts
+as much as one at the top of a file (a lazy import still ties the two modules together)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+SEEDCLI = Path(__file__).resolve().parents[2] / "seedcli"
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Dotted name -> source file of every module and package under seedcli/."""
+    out = {}
+    for path in sorted(SEEDCLI.rglob("*.py")):
+        parts = list(path.relative_to(SEEDCLI.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _owner(name: str) -> str | None:
+    """The seedcli module a dotted name lives in (a name imported from a module resolves to that module)."""
+    while name and name not in modules():
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+@cache
+def imports(module: str, top_level_only: bool = False) -> frozenset[str]:
+    """The seedcli modules `module` imports (`top_level_only`: only the statements run when it is imported)."""
+    path = modules()[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: set[str | None] = set()
+    for node in tree.body if top_level_only else ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(_owner(a.name) for a in node.names if a.name.split(".")[0] == "seedcli")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            if base.split(".")[0] != "seedcli":
+                continue
+            for alias in node.names:
+                target = _owner(f"{base}.{alias.name}")
+                found.add(target if target == f"{base}.{alias.name}" else _owner(base))
+    found.discard(None)
+    found.discard(module)
+    return frozenset(found)  # type: ignore[arg-type]
+
+
+def _under(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_reader_sees_every_kind_of_import():
+    # the helpers this file relies on: plain, from, relative and lazy (in-function) imports all resolve to modules
+    assert "seedcli.envs.base" in imports("seedcli.envs.pool")
+    assert "seedcli.prompts" in imports("seedcli.envs.base", top_level_only=True)
+    assert "seedcli.engines.hf" in imports("seedcli.engines")  # the factory's lazy import
+    assert "seedcli.engines.hf" not in imports("seedcli.engines", top_level_only=True)
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+@pytest.mark.parametrize("layer", ["seedcli.rl", "seedcli.engines"])
+def test_rl_and_engines_import_no_environment_stage_or_cli(layer):
+    # the trainer sees turn-samples and the functions handed to it; the tiny tokenizer gets its text as an argument
+    bad = {
+        m: sorted(t for t in imports(m) if _under(t, "seedcli.envs", "seedcli.stages", "seedcli.cli"))
+        for m in modules()
+        if _under(m, layer)
+    }
+    assert not {m: t for m, t in bad.items() if t}
+
+
+def test_nothing_below_the_stages_imports_a_stage_or_the_cli():
+    bad = {
+        m: sorted(t for t in imports(m) if _under(t, "seedcli.stages", "seedcli.cli"))
+        for m in modules()
+        if not _under(m, "seedcli.stages", "seedcli.cli", "seedcli.__main__")
+    }
+    assert not {m: t for m, t in bad.items() if t}
+
+
+def test_prompts_import_no_environment_and_name_none():
+    assert not [t for t in imports("seedcli.prompts") if _under(t, "seedcli.envs")]
+    text = modules()["seedcli.prompts"].read_text(encoding="utf-8")
+    assert not re.search(r"alfworld|alfred|webshop|get_env", text, re.IGNORECASE)
+
+
+def test_engine_interface_is_a_leaf():
+    # the back ends import engines.base; the factory that picks one lives in the package, not in base
+    assert not [t for t in imports("seedcli.engines.base") if _under(t, "seedcli.engines")]
+    for backend in ("seedcli.engines.hf", "seedcli.engines.vllm"):
+        assert "seedcli.engines" not in imports(backend)
+
+
+def test_no_import_cycle_when_modules_load():
+    graph = {m: set(imports(m, top_level_only=True)) for m in modules()}
+    assert _cycles(graph) == []
+
+
+def test_no_cycle_between_parts_of_the_package_even_through_lazy_imports():
+    # parts: seedcli's top-level modules and subpackages (prompts, artifacts, loggers, envs, engines, rl, ...);
+    # a lazy import back up (prompts -> envs -> prompts, artifacts -> loggers -> artifacts) is still a circle
+    def part(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for m in modules():
+        graph.setdefault(part(m), set()).update(part(t) for t in imports(m) if part(t) != part(m))
+    assert _cycles(graph) == []
