@@ -419,14 +419,7 @@ def test_search_compare_hides_sources_without_data_and_names_its_measure(tmp_pat
     assert "| Exact match (all questions) | 75.0 | 25.0 |" in md
     assert "**Macro**" not in md
 
-    drawn = {}
-    save = reporting._save_png
-
-    def keep(fig, path):
-        drawn["ax"] = fig.axes[0]
-        return save(fig, path)
-
-    monkeypatch.setattr(reporting, "_save_png", keep)
+    drawn = _capture_axes(monkeypatch)
     _png(reporting.plot_compare([("expert policy", a), ("random policy", b)], tmp_path / "c.png"))
     ax = drawn["ax"]
     assert ax.get_ylabel() == "exact match"
@@ -445,14 +438,7 @@ def test_webshop_score_marks_do_not_cover_the_count_labels(tmp_path, monkeypatch
         _webshop_episode(2, "grocery", 0.5),
     ]
     res = reporting.summarize_episodes(eps, split="test", partial=False, expected_games=3, wall_time_s=1.0)
-    drawn = {}
-    save = reporting._save_png
-
-    def keep(fig, path):
-        drawn["ax"] = fig.axes[0]
-        return save(fig, path)
-
-    monkeypatch.setattr(reporting, "_save_png", keep)
+    drawn = _capture_axes(monkeypatch)
     _png(reporting.plot_success_by_type(res, tmp_path / "w.png"))
     ax = drawn["ax"]
     marks = ax.lines[0].get_ydata()  # mean score per category, then the macro score
@@ -519,3 +505,16 @@ def test_method_check_plots_draw_through_reporting(tmp_path):
     _png(hist), _png(lines)
     script = (Path(__file__).resolve().parents[2] / "scripts" / "method_check_report.py").read_text()
     assert "_new_figure" not in script and "_save_png" not in script and "import matplotlib" not in script
+
+
+def _capture_axes(monkeypatch) -> dict:
+    """Keep the axes of the last figure reporting saves (drawn["ax"]), so a test can read what was drawn."""
+    drawn = {}
+    save = reporting._save_png
+
+    def keep(fig, path):
+        drawn["ax"] = fig.axes[0]
+        return save(fig, path)
+
+    monkeypatch.setattr(reporting, "_save_png", keep)
+    return drawn
