@@ -1,0 +1,42 @@
+"""The EZPoints expert: enumerate formulas over the two card numbers and return the actions of a winning one.
+
+Breadth-first over action sequences from the game's current state, using only the actions that can matter (the
+cards' numbers, "+", "*", "="), each simulated on a copy of the game with its own `step`; the first sequence that
+wins is returned, so it is a shortest one ("a + b" or "a * b" on a fresh game: 4 actions). Every fresh game is
+solvable by construction (the second card is 12 - a or 12 / a); a state from which no formula wins (e.g. "5 *"
+already written with 5 and 7) gives [] (`solve` reports it; the caller decides).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+
+from seedcli.envs.ezpoints.game import ACTION_NAMES, EZPoints
+
+MAX_PLAN = 7  # enough for any formula of <= 6 tokens plus "="; the game truncates longer ones
+
+
+def candidate_actions(game: EZPoints) -> list[int]:
+    """The actions worth trying: the cards' numbers (each once, in card order), then "+", "*", "="."""
+    numbers = list(dict.fromkeys(game.numbers))
+    return [ACTION_NAMES.index(str(n)) for n in numbers] + [ACTION_NAMES.index(t) for t in ("+", "*", "=")]
+
+
+def solve(game: EZPoints) -> list[int]:
+    """A shortest action sequence that wins `game` from its current state, or [] when none exists."""
+    actions = candidate_actions(game)
+    frontier: deque[tuple[EZPoints, list[int]]] = deque([(game, [])])
+    while frontier:
+        state, plan = frontier.popleft()
+        if len(plan) >= MAX_PLAN:
+            continue
+        for action in actions:
+            child = copy.deepcopy(state)
+            reward, terminated, truncated, won = child.step(action)
+            if won:
+                return plan + [action]
+            if terminated or truncated or child.formula == state.formula:
+                continue  # ended, or a refused number: nothing new to explore
+            frontier.append((child, plan + [action]))
+    return []
