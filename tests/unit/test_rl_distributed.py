@@ -94,6 +94,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         {"state": full, "metrics": res.metrics, "optim": restored, "reloaded": full_state_dict(lm2)},
         out / f"fsdp{rank}.pt",
     )
+    dist.barrier()  # as distributed.shutdown: no rank tears gloo down while its peer is still talking
     dist.destroy_process_group()
 
 

@@ -70,6 +70,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     info = DistInfo(rank=rank, world=world, backend="gloo", fsdp=True)
     state, res, counts, teacher = run_update(info, SMALL)
     torch.save({"state": state, "metrics": res.metrics, "counts": counts, "teacher": teacher}, Path(out_dir) / f"r{rank}.pt")
+    dist.barrier()  # as distributed.shutdown: no rank tears gloo down while its peer is still talking
     dist.destroy_process_group()
 
 
