@@ -25,8 +25,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="SEED: GRPO + self-evolving on-policy distillation for LLM agents on ALFWorld, WebShop and Search-QA "
-    "(`seed envs` describes each environment, its data and options).",
+    help="SEED: GRPO + self-evolving on-policy distillation for LLM agents on ALFWorld, WebShop, Search-QA, "
+    "Sokoban and EZPoints (`seed envs` describes each environment, its data and options).",
 )
 model_app = typer.Typer(no_args_is_help=True, help="Build models (tiny offline models for tests and demos).")
 app.add_typer(model_app, name="model")
@@ -300,7 +300,7 @@ stage_command(
     "eval",
     _lazy("eval"),
     "The environment's metrics per category on an evaluation split (ALFWorld seen / unseen, WebShop test, "
-    "search test / dev).",
+    "search test / dev, Sokoban and EZPoints test).",
 )
 
 

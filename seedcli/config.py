@@ -91,12 +91,14 @@ def _env_defaults(cls: type, data: dict) -> dict:
 class RolloutConfig(StageConfig):
     """How the policy plays an environment (shared by collect, eval and rl)."""
 
-    env: str = Field("alfworld", description="environment: alfworld | webshop | search (`seed envs` lists them)")
+    env: str = Field(
+        "alfworld", description="environment: alfworld | webshop | search | sokoban | ezpoints (`seed envs` lists them)"
+    )
     env_options: dict[str, Any] = Field(
         default_factory=dict,
         description="environment options as a YAML mapping, e.g. '{topk: 5, limit: 20}' (alfworld: none; webshop: "
-        "goal_seed; search: corpus, search_url, datasets, limit, topk, timeout, max_retries; types, defaults and "
-        "ranges: `seed envs`)",
+        "goal_seed; search: corpus, search_url, datasets, limit, topk, timeout, max_retries; sokoban: observation, "
+        "dim, num_boxes, search_depth; ezpoints: observation; types, defaults and ranges: `seed envs`)",
         json_schema_extra={"hash": "if_set"},
     )
     data_root: str | None = Field(
@@ -109,14 +111,14 @@ class RolloutConfig(StageConfig):
         30,
         ge=1,
         description="steps per episode before it ends unwon (default: the environment's: alfworld 30, webshop 15, "
-        "search 4)",
+        "search 4, sokoban 15, ezpoints 8)",
         json_schema_extra=_ENV_DEFAULT,
     )
     history: int = Field(
         5,
         ge=0,
         description="observation/action pairs of history shown in the prompt (default: the environment's: "
-        "alfworld 5, webshop 2, search 4)",
+        "alfworld 5, webshop 2, search 4, sokoban 2, ezpoints 0)",
         json_schema_extra=_ENV_DEFAULT,
     )
     temperature: float = Field(0.4, ge=0.0, description="sampling temperature (0 = greedy)")
@@ -181,14 +183,14 @@ class CollectConfig(RolloutConfig):
     split: str = Field(
         "train",
         description="tasks to play: alfworld train | seen | unseen; webshop train | test; search train | dev | test "
-        "or a JSONL file of questions (default: the environment's training split)",
+        "or a JSONL file of questions; sokoban, ezpoints train | test (default: the environment's training split)",
         json_schema_extra=_ENV_DEFAULT,
     )
     tasks: int = Field(
         180,
         ge=1,
         description="tasks to play, balanced over the environment's categories (alfworld: its six task types; "
-        "webshop: product categories; search: data sources)",
+        "webshop: product categories; search: data sources; sokoban, ezpoints: one)",
     )
     rollouts: int = Field(8, ge=1, description="episodes per task (a group)")
     task_types: list[str] | None = Field(
@@ -366,8 +368,9 @@ class EvalConfig(RolloutConfig):
     split: str = Field(
         "unseen",
         description="split to evaluate: alfworld unseen (valid_unseen, 134 games) | seen (valid_seen, 140); webshop "
-        "test (500 goals); search test | dev, or a JSONL file of questions in FlashRAG's fields (default: the "
-        "environment's first: unseen, test, test)",
+        "test (500 goals); search test | dev, or a JSONL file of questions in FlashRAG's fields; sokoban, ezpoints test "
+        "(512 seeded games; --limit N plays the first N) (default: the environment's first: unseen, test, test, "
+        "test, test)",
         json_schema_extra=_ENV_DEFAULT,
     )
     from_run: str | None = Field(None, description="sft or rl run (or a checkpoint inside one) to evaluate")

@@ -14,10 +14,12 @@ both hold `seedcli.records.Trajectory` records.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from seedcli.errors import UserError
+from seedcli.images import IMAGES_DIR
 from seedcli.records import RECORD_SCHEMA_VERSION, iter_jsonl
 
 EPISODE_FILES = {"collect": "trajectories.jsonl", "eval": "episodes.jsonl"}
@@ -104,6 +106,8 @@ def _images(record: dict, base: Path) -> list[str]:
         for item in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
             if not isinstance(item, str):
                 continue
+            if re.fullmatch(r"[0-9a-f]{64}", item):  # a turn's image: its sha256, stored as images/<sha256>.png
+                item = f"{IMAGES_DIR}/{item}.png"
             path = Path(item) if Path(item).is_absolute() else base / item
             out.append(f"{path}" + ("" if path.exists() else " (missing)"))
     return out
@@ -182,7 +186,8 @@ def render_episode(rec: dict[str, Any], base: Path) -> list:
         out.append(line)
         body = Text()
         body.append("  observation: ", style="dim")
-        body.append(abridge(turn.get("observation", ""), OBSERVATION_CHARS).replace("\n", " ⏎ "))
+        observation = turn.get("observation", "").replace("\t", "")  # grids (Sokoban) separate cells by tabs
+        body.append(abridge(observation, OBSERVATION_CHARS).replace("\n", " ⏎ "))
         for image in _images(turn, base):
             body.append(f"\n  image: {image}", style="dim")
         body.append("\n  response: ", style="dim")

@@ -62,6 +62,10 @@ class Turn(BaseModel):
         default=False, description="the action was one of the admissible actions (free text: the turn was valid)"
     )
     finish_reason: str = Field(default="stop", description="'stop' or 'length'")
+    reward: float = Field(default=0.0, description="the environment's raw reward of this turn's step")
+    image: str | None = Field(
+        default=None, description="sha256 of the observation image (images/<sha256>.png in the run); None: text only"
+    )
 
 
 class Trajectory(BaseModel):
@@ -101,6 +105,11 @@ class Trajectory(BaseModel):
     @property
     def invalid_turns(self) -> int:
         return sum(not t.valid for t in self.turns)
+
+    @property
+    def env_return(self) -> float:
+        """The sum of the environment's raw step rewards (Sokoban: -0.1 a step, +1 a box on target, +10 solved)."""
+        return sum(t.reward for t in self.turns)
 
     @property
     def task_type(self) -> str:

@@ -17,6 +17,7 @@ from typing import Protocol
 from seedcli.envs import get_env
 from seedcli.envs.base import Environment, StepResult, Task
 from seedcli.envs.pool import EnvPool
+from seedcli.images import ImageStore
 from seedcli.records import Trajectory, Turn
 
 
@@ -147,10 +148,14 @@ def play_episodes(
     meta: dict,
     on_done: Callable[[Trajectory], None],
     max_active: int = 64,
+    images: ImageStore | None = None,
 ) -> int:
     """Play `specs` with at most `max_active` episodes open at once in `pool` (its `env` renders prompts, parses
-    actions and sets rewards); `meta` fills the trajectory's engine/model fields. Returns the number played."""
+    actions and sets rewards); `meta` fills the trajectory's engine/model fields. Returns the number played.
+    Observation images (visual environments) go to `images` (default: kept in memory) and turns refer to them by
+    sha256."""
     env = pool.env
+    images = images if images is not None else ImageStore(None)
     queue = list(specs)
     active: list[_Episode] = []
     free_slots = list(range(max_active))[::-1]
@@ -193,10 +198,13 @@ def play_episodes(
                     valid=valid,
                     admissible_action=action in admissible if admissible is not None else valid,
                     finish_reason=gen.finish_reason,
+                    image=images.put(ep.last.image) if ep.last.image is not None else None,
                 )
             )
             actions.append((ep.slot, action))
         results = pool.step_many(actions)
+        for ep, res in zip(active, results, strict=True):
+            ep.turns[-1].reward = float(res.reward)
 
         still = []
         for ep, res, (_, action) in zip(active, results, actions, strict=True):

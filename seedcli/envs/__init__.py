@@ -23,6 +23,8 @@ _REGISTRY: dict[str, str] = {
     "alfworld": "seedcli.envs.alfworld:AlfWorldEnv",
     "webshop": "seedcli.envs.webshop.env:WebShopEnv",
     "search": "seedcli.envs.search.env:SearchEnv",
+    "sokoban": "seedcli.envs.sokoban.env:SokobanEnv",
+    "ezpoints": "seedcli.envs.ezpoints.env:EZPointsEnv",
 }
 ENV_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 DEFAULT_ENV = "alfworld"

@@ -116,6 +116,7 @@ class StepResult:
     reward: float = 0.0  # the environment's raw reward of this step (WebShop: purchase reward in [0, 1])
     score: float = 0.0  # the episode's score in [0, 1] so far; final when done (ALFWorld: won)
     info: dict[str, Any] = field(default_factory=dict)  # env-specific extras, JSON-serialisable
+    image: bytes | None = None  # the observation as a PNG (image observation mode of a visual environment)
 
 
 class EnvGame(Protocol):
@@ -161,6 +162,7 @@ class Environment(ABC):
     counted_actions: ClassVar[dict[str, str]] = {}  # label -> action prefix; eval reports their mean per episode
     expert_modes: ClassVar[tuple[Any, ...]] = (False, True)
     observation_modes: ClassVar[tuple[str, ...]] = ("text",)  # what the agent sees: text, or images too (visual)
+    reports_reward: ClassVar[bool] = False  # eval reports the mean episode return (the sum of StepResult.reward)
     split_file: ClassVar[str] = ""  # what a split given as a file path holds ("": only the named splits)
     options_model: ClassVar[type[EnvOptions]] = EnvOptions  # the `env_options` this environment takes
 
@@ -364,6 +366,18 @@ def select_balanced(
     for r in range(max(quota.values(), default=0)):
         out.extend(chosen[c][r] for c in cats if r < len(chosen[c]))
     return out
+
+
+def encode_png(pixels) -> bytes:
+    """A uint8 H×W×3 array as PNG bytes (deterministic: the same pixels give the same bytes, so the sha256 names
+    the image)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def parse_think_action(response: str) -> tuple[str, bool]:

@@ -21,6 +21,7 @@ from seedcli.envs import get_env
 from seedcli.envs.base import Environment
 from seedcli.envs.pool import EnvPool
 from seedcli.errors import UserError
+from seedcli.images import IMAGES_DIR, check_images, run_images
 from seedcli.progress import StageProgress
 from seedcli.records import JsonlWriter, Trajectory, iter_jsonl, repair_tail, write_jsonl
 from seedcli.rollout import EpisodeSpec, ModelPolicy, RolloutSettings, episode_metrics, play_episodes
@@ -29,10 +30,14 @@ from seedcli.rollout import EpisodeSpec, ModelPolicy, RolloutSettings, episode_m
 def check_model_dir(model: str | None, flag: str = "--model") -> Path:
     """A model directory in Hugging Face format, or a one-line error."""
     if not model:
-        raise UserError(f"no model given: pass {flag} DIR (build a tiny one with `seed model init --preset tiny --out DIR`)")
+        raise UserError(
+            f"no model given: pass {flag} DIR (build a tiny one with `seed model init --preset tiny --out DIR`)"
+        )
     path = Path(model)
     if not path.is_dir():
-        raise UserError(f"{flag} {path}: no such directory (build one with `seed model init --preset tiny --out {path}`)")
+        raise UserError(
+            f"{flag} {path}: no such directory (build one with `seed model init --preset tiny --out {path}`)"
+        )
     if not (path / "config.json").exists():
         raise UserError(f"{flag} {path}: no config.json; not a Hugging Face model directory")
     return path
@@ -124,8 +129,14 @@ def play_to_file(
             steps += traj.length
             progress.advance(1, success=wins / len(episodes), steps_per_s=steps / max(time.time() - t0, 1e-9))
 
-        play_episodes(todo, policy, pool, settings, meta, on_done, cfg.gen_batch)
+        images = run_images(out.parent)
+        play_episodes(todo, policy, pool, settings, meta, on_done, cfg.gen_batch, images=images)
     return episodes, len(done)
+
+
+def image_outputs(run_dir: Path) -> dict[str, None]:
+    """The `images/` folder as a manifest output when the run stored observation images (visual environments)."""
+    return {IMAGES_DIR: None} if (run_dir / IMAGES_DIR).is_dir() else {}
 
 
 def run(cfg: CollectConfig) -> Manifest:
@@ -159,4 +170,5 @@ def run(cfg: CollectConfig) -> Manifest:
             model_hash=meta["model_hash"],
             prompt_version=episodes[0].prompt_version if episodes else None,
         )
-        return run.complete({"trajectories.jsonl": len(episodes)}, metrics)
+        metrics["images"] = check_images(run.path, episodes)
+        return run.complete({"trajectories.jsonl": len(episodes), **image_outputs(run.path)}, metrics)

@@ -24,8 +24,16 @@ from seedcli.artifacts import Manifest, open_run, read_manifest, verify_run
 from seedcli.config import EvalConfig
 from seedcli.envs.base import Environment, Task
 from seedcli.errors import UserError
+from seedcli.images import check_images
 from seedcli.rollout import EpisodeSpec, ExpertPolicy, ModelPolicy, RandomPolicy
-from seedcli.stages.collect import check_model_dir, load_policy_engine, make_env, play_to_file, settings_from
+from seedcli.stages.collect import (
+    check_model_dir,
+    image_outputs,
+    load_policy_engine,
+    make_env,
+    play_to_file,
+    settings_from,
+)
 
 
 def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | None]:
@@ -111,6 +119,7 @@ def headline_metrics(env: Environment, results: dict) -> dict:
         "micro_success",
         "mean_score",
         "mean_episode_length",
+        "mean_reward",
         "invalid_action_rate",
         "partial",
     )
@@ -186,7 +195,11 @@ def run(cfg: EvalConfig) -> Manifest:
         metrics["wins"] = sum(e.won for e in episodes)
         metrics["games"] = len(episodes)
         metrics["by_type"] = {t: f"{v['wins']}/{v['games']}" for t, v in results["categories"].items() if v["games"]}
-        return run.complete(
-            {"episodes.jsonl": len(episodes), "results.json": None, "report.md": None, "success_by_type.png": None},
-            metrics,
-        )
+        metrics["images"] = check_images(run.path, episodes)
+        outputs = {
+            "episodes.jsonl": len(episodes),
+            "results.json": None,
+            "report.md": None,
+            "success_by_type.png": None,
+        }
+        return run.complete({**outputs, **image_outputs(run.path)}, metrics)

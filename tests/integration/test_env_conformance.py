@@ -60,7 +60,7 @@ def test_declares_the_protocol(env):
     }
     for rows in env.paper_results.values():
         for row in rows.values():
-            assert set(row) <= set(env.metric_labels) and all(0 < v < 1 for v in row.values())
+            assert set(row) <= set(env.metric_labels) and all(0 < v <= 1 for v in row.values())
     assert env.analysis_description.startswith("You are an expert analyst") and env.analysis_description.endswith(".")
     with pytest.raises(UserError, match="unknown .*split"):
         env.resolve_split("no-such-split")

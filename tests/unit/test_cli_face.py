@@ -76,7 +76,7 @@ def test_envs_lists_every_environment_with_counts(monkeypatch) -> None:
 
 
 def test_envs_with_data_missing_is_one_line_per_missing_thing(tmp_path, monkeypatch) -> None:
-    for var in ("ALFWORLD_DATA", "WEBSHOP_DATA", "SEARCH_DATA"):
+    for var in ("ALFWORLD_DATA", "WEBSHOP_DATA", "SEARCH_DATA", "SOKOBAN_DATA", "EZPOINTS_DATA"):
         monkeypatch.setenv(var, str(tmp_path / "nowhere"))
     out = _invoke("envs")
     assert out.exit_code == 0, out.output

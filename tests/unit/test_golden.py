@@ -26,7 +26,9 @@ HASHES_FILE = GOLDEN / "config_hashes.json"
 PROMPTS_DIR = GOLDEN / "prompts"
 
 STAGES = ("collect", "annotate", "sft", "rl", "eval")
-ENVS = ("alfworld", "webshop", "search")
+ENVS = ("alfworld", "webshop", "search")  # golden prompts (Sokoban's and EZPoints' are checked against verl-agent's
+# own templates by sha256 in tests/unit/test_visual_envs.py)
+CONFIG_ENVS = (*ENVS, "sokoban", "ezpoints")  # every environment's stage defaults
 
 # ---------------------------------------------------------------------------------------------------- config hashes
 
@@ -61,7 +63,7 @@ def config_cases() -> dict[str, tuple[str, str | None, dict, list[str]]]:
             cases[f"{rel}:{stage}"] = (stage, str(path), {}, [])
     for stage in STAGES:
         if "env" in STAGE_CONFIGS[stage].model_fields:
-            for env in ENVS:
+            for env in CONFIG_ENVS:
                 cases[f"defaults:{env}:{stage}"] = (stage, None, {"env": env}, [])
         else:
             cases[f"defaults:{stage}"] = (stage, None, {}, [])

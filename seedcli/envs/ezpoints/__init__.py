@@ -3,7 +3,9 @@
     game.py     `EZPoints(seed)`: cards, the 13 actions, step rules, image and text observations, data root, splits
     expert.py   `solve(game)`: an action sequence that wins, found by enumerating formulas
 
-The environment protocol (prompt, reply parser, CLI) is not wired here yet. Nothing here imports torch.
+    env.py      `EZPointsEnv`: the environment protocol (prompt, reply parser, tasks, expert); rules.py its rules skills
+
+Nothing here imports torch.
 """
 
 from seedcli.envs.ezpoints.expert import solve
