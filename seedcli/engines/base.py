@@ -14,6 +14,7 @@ other sampling transform, so they are the π_old(token) that PPO ratios and OPD 
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +165,45 @@ def stop_token_ids(tokenizer: Any) -> list[int]:
             "the tokenizer has neither <|im_end|> nor <|endoftext|>; a Qwen2.5-style chat tokenizer is required"
         )
     return ids
+
+
+IMAGE_PLACEHOLDER = "<image>"  # where an image goes in a user message's text (the images travel alongside, in order)
+VISION_MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
+
+
+def is_vision_model(model_dir: str | os.PathLike) -> bool:
+    """Whether `model_dir` holds a vision-language model (its config has a vision tower)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return config.get("model_type") in VISION_MODEL_TYPES or "vision_config" in config
+
+
+def content_parts(text: str) -> str | list[dict]:
+    """A user message's text with `<image>` placeholders as chat-template content parts (`{"type": "image"}` for
+    each placeholder, `{"type": "text", ...}` between them); text without a placeholder stays a string."""
+    if IMAGE_PLACEHOLDER not in text:
+        return text
+    parts: list[dict] = []
+    for i, piece in enumerate(text.split(IMAGE_PLACEHOLDER)):
+        if i:
+            parts.append({"type": "image"})
+        if piece:
+            parts.append({"type": "text", "text": piece})
+    return parts
+
+
+def count_placeholders(messages: list[dict]) -> int:
+    """How many images the `<image>` placeholders of `messages` ask for."""
+    total = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            total += content.count(IMAGE_PLACEHOLDER)
+        elif isinstance(content, list):
+            total += sum(1 for part in content if isinstance(part, dict) and part.get("type") == "image")
+    return total
 
 
 def render_chat(tokenizer: Any, messages: list[dict]) -> list[int]:

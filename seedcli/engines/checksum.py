@@ -65,6 +65,46 @@ def checksum_names(num_layers: int, linear: bool = True) -> list[str]:
     return names
 
 
+# A vision-language model (Qwen2.5-VL) keeps its text stack under `model.language_model.` and its vision tower under
+# `model.visual.` in transformers; vLLM names them `language_model.model.`, `visual.` and `language_model.lm_head.`.
+_VL_TO_VLLM = (
+    ("model.language_model.", "language_model.model."),
+    ("model.visual.", "visual."),
+    ("lm_head.", "language_model.lm_head."),
+)
+
+
+def vision_checksum_names(num_layers: int, linear: bool = True) -> list[str]:
+    """`checksum_names` for a vision-language model: the text stack's tensors under its transformers names, and
+    the vision tower's first block norm and merger norm (plus, where linear weights are comparable, the first
+    block's fused qkv), so a refresh that skips the vision tower fails the check."""
+    text = [
+        name if name == "lm_head.weight" else name.replace("model.", "model.language_model.", 1)
+        for name in checksum_names(num_layers, linear)
+    ]
+    vision = ["model.visual.blocks.0.norm1.weight", "model.visual.merger.ln_q.weight"]
+    if linear:
+        vision.append("model.visual.blocks.0.attn.qkv.weight")
+    return text + vision
+
+
+def names_for_config(config, linear: bool = True) -> list[str]:
+    """The checked tensor names of a model with Hugging Face `config` (text or vision-language)."""
+    if getattr(config, "vision_config", None) is not None:
+        text = getattr(config, "text_config", None) or config
+        return vision_checksum_names(text.num_hidden_layers, linear)
+    return checksum_names(config.num_hidden_layers, linear)
+
+
+def vllm_name(name: str, vision: bool) -> str:
+    """vLLM's parameter name for a transformers name (the same for a text model)."""
+    if vision:
+        for hf, vl in _VL_TO_VLLM:
+            if name.startswith(hf):
+                return vl + name[len(hf) :]
+    return name
+
+
 def trainer_checksums(named: Iterable[tuple[str, torch.Tensor]], names: Sequence[str], dtype: torch.dtype) -> dict:
     """Checksums of the tensors in `names` from (name, tensor) pairs, cast to the engine's `dtype` as the refresh
     sends them."""
@@ -77,9 +117,10 @@ def vllm_checksums(model: torch.nn.Module, names: Sequence[str]) -> dict[str, li
     Fused q/k/v and gate/up parameters are split at the sizes the model config gives; vocabulary padding is cut."""
     params = dict(model.named_parameters())
     cfg = _text_config(model)
+    vision = any(n.startswith("visual.") for n in params)
     out: dict[str, list[int]] = {}
     for name in names:
-        vname, part = _fused(name)
+        vname, part = _fused(vllm_name(name, vision))
         p = params.get(vname)
         if p is None:
             continue
@@ -96,7 +137,7 @@ def vllm_checksums(model: torch.nn.Module, names: Sequence[str]) -> dict[str, li
                     t = t[start : start + size]
                     break
                 start += size
-        elif name.endswith("embed_tokens.weight") or name == "lm_head.weight":
+        elif name.endswith("embed_tokens.weight") or name.endswith("lm_head.weight"):
             t = t[: cfg.vocab_size]
         out[name] = tensor_checksum(t)
     return out

@@ -20,7 +20,51 @@ import random
 import tempfile
 from typing import Any
 
-from seedcli.engines.base import Completion, completion_text, render_chat, split_at_stop, stop_token_ids
+from seedcli.engines.base import (
+    Completion,
+    completion_text,
+    is_vision_model,
+    render_chat,
+    split_at_stop,
+    stop_token_ids,
+)
+
+# Qwen2.5-VL's vision head size (80) is one vLLM's flash-attention path rejects; the SEED code runs the vision tower
+# under SDPA (VLLM_ATTENTION_BACKEND=TORCH_SDPA in its launchers), which vLLM 0.32 selects with this engine argument.
+VISION_ENCODER_BACKEND = "TORCH_SDPA"
+MAX_IMAGES_PER_PROMPT = 64  # the self-analysis prompt of a 50-step visual episode holds one image per step
+
+
+def vision_engine_kwargs(model_dir: str | os.PathLike, llm_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`llm_kwargs` plus what a vision-language model needs (SDPA vision attention, images per prompt); a text model
+    gets them back unchanged."""
+    if not is_vision_model(model_dir):
+        return dict(llm_kwargs)
+    out = dict(llm_kwargs)
+    out.setdefault("mm_encoder_attn_backend", VISION_ENCODER_BACKEND)
+    out.setdefault("limit_mm_per_prompt", {"image": MAX_IMAGES_PER_PROMPT})
+    return out
+
+
+def vllm_requests(prompts: list[list[int]], images: list[list[Any]] | None = None) -> list[dict]:
+    """vLLM token prompts; request i carries `images[i]` (uint8 H×W×3 arrays or PIL images, one per image
+    placeholder of its prompt, in order) as `multi_modal_data`. The ids hold one image-pad token per image: vLLM
+    expands it to the image's tokens itself."""
+    from PIL import Image
+    from vllm.inputs import TokensPrompt
+
+    if images is not None and len(images) != len(prompts):
+        raise ValueError(f"generate got {len(prompts)} prompts but {len(images)} image lists")
+    out = []
+    for i, ids in enumerate(prompts):
+        request = TokensPrompt(prompt_token_ids=list(ids))
+        pictures = images[i] if images is not None else []
+        if pictures:
+            request["multi_modal_data"] = {
+                "image": [p if isinstance(p, Image.Image) else Image.fromarray(p, "RGB") for p in pictures]
+            }
+        out.append(request)
+    return out
 
 
 class VLLMEngine:
@@ -75,6 +119,7 @@ class VLLMEngine:
         self._weights_dir: tempfile.TemporaryDirectory | None = None
         import torch.distributed
 
+        llm_kwargs = vision_engine_kwargs(model_dir, llm_kwargs)
         # under torchrun (external_launcher) vLLM joins the trainer's process group, which close() must then keep
         self._owns_distributed = not (torch.distributed.is_available() and torch.distributed.is_initialized())
         with _preserve_process_state():
@@ -112,11 +157,12 @@ class VLLMEngine:
         max_new_tokens: int,
         seed: int | None = None,
         seeds: list[int] | None = None,
+        images: list[list[Any]] | None = None,
     ) -> list[Completion]:
         """One completion per prompt. Prompt i samples from its own stream seeded `seeds[i]` (default `seed + i`), so
-        repeats of one prompt (a GRPO group) still differ and each completion is independent of the batch."""
+        repeats of one prompt (a GRPO group) still differ and each completion is independent of the batch.
+        `images[i]`: prompt i's images (vision-language models), one per image placeholder, in order."""
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
@@ -140,7 +186,7 @@ class VLLMEngine:
             )
             for i in range(len(prompts))
         ]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        outputs = self.llm.generate(vllm_requests(prompts, images), params, use_tqdm=False)
         completions = []
         for output in outputs:
             sample = output.outputs[0]

@@ -482,7 +482,7 @@ def _task_sampler(cfg: RLConfig, env, state: dict):
 
 def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -> RLContext:
     """What the phases share; from the environment only how a skill enters its prompt and its reward convention."""
-    from seedcli.engines.checksum import checksum_names
+    from seedcli.engines.checksum import names_for_config
     from seedcli.rl.engine_sync import ProbeCheck, make_probe
     from seedcli.rl.trainer import LossWeights
     from seedcli.stages.collect import settings_from
@@ -499,7 +499,7 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
     return RLContext(
         cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, models=models, weights=weights,
         base_settings=settings_from(cfg), check_sync=check_sync,
-        checksum_names=checksum_names(models.lm.config.num_hidden_layers, linear=not getattr(engine, "on_cpu", False)),
+        checksum_names=names_for_config(models.lm.config, linear=not getattr(engine, "on_cpu", False)),
         insert_skill=env.insert_skill, win_reward=env.success_reward, invalid_penalty=env.invalid_penalty,
     )  # fmt: skip
 
