@@ -440,6 +440,9 @@ def resolve_preset(name_or_path: str) -> Path:
     raise UserError(f"config '{name_or_path}' not found; presets: {', '.join(names)} (or pass a YAML file path)")
 
 
+# shared keys whose value is a mapping (a preset's top level may hold them beside the stage sections)
+MAPPING_FIELDS = ("env_options",)
+
 # sections a preset may hold for the scripts around the stages (not read by any stage), with their keys
 SCRIPT_SECTIONS: dict[str, tuple[str, ...]] = {"warm_start": ("games", "epochs", "noise", "seed")}
 
@@ -479,7 +482,7 @@ def check_yaml_keys(data: dict, path: Path) -> None:
                         f"{path}: unknown key '{key}.{sub}'{nearest(str(sub), SCRIPT_SECTIONS[key])} "
                         f"(valid: {', '.join(SCRIPT_SECTIONS[key])})"
                     )
-        elif isinstance(value, dict):
+        elif isinstance(value, dict) and key not in MAPPING_FIELDS:
             raise UserError(
                 f"{path}: unknown section '{key}'{nearest(key, list(STAGE_CONFIGS))} "
                 f"(sections: {', '.join(STAGE_CONFIGS)})"
@@ -579,7 +582,9 @@ def build_config(
         data = load_yaml(path)
         check_yaml_keys(data, path)
         # a preset holds one section per stage plus optional shared keys
-        shared = {k: v for k, v in data.items() if k not in STAGE_CONFIGS and not isinstance(v, dict)}
+        shared = {
+            k: v for k, v in data.items() if k not in STAGE_CONFIGS and (not isinstance(v, dict) or k in MAPPING_FIELDS)
+        }
         section = data.get(stage, {}) or {}
         shared = {k: v for k, v in shared.items() if k in cls.model_fields}
         values.update(shared)

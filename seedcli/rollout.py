@@ -17,7 +17,8 @@ from typing import Protocol
 from seedcli.envs import get_env
 from seedcli.envs.base import Environment, StepResult, Task
 from seedcli.envs.pool import EnvPool
-from seedcli.images import ImageStore
+from seedcli.engines.base import IMAGE_PLACEHOLDER, content_parts
+from seedcli.images import ImageStore, decode_png
 from seedcli.records import Trajectory, Turn
 
 
@@ -90,18 +91,24 @@ class ModelPolicy:
         self.gen_batch = gen_batch
 
     def act(self, prompts: Sequence[str], episodes: Sequence[_Episode], call: int) -> list[Generated]:
-        ids = [self.engine.render([{"role": "user", "content": p}]) for p in prompts]
+        # a vision-language engine sees each turn's image where the prompt's <image> placeholder stands; a text-only
+        # engine reads the prompt as it is
+        vision = bool(getattr(self.engine, "vision", False))
+        images = [turn_images(p, ep.last) for p, ep in zip(prompts, episodes, strict=True)] if vision else None
+        ids = [self.engine.render([{"role": "user", "content": content_parts(p) if vision else p}]) for p in prompts]
         out: list[Generated] = []
         s = self.settings
         # one seed per request from (run seed, episode, turn): batch size, worker count and resume never change a sample
         seeds = [_derive_seed(s.seed, ep.spec.episode_id, len(ep.turns)) for ep in episodes]
         for start in range(0, len(ids), self.gen_batch):
+            extra = {"images": images[start : start + self.gen_batch]} if images is not None else {}
             completions = self.engine.generate(
                 ids[start : start + self.gen_batch],
                 temperature=s.temperature,
                 top_p=s.top_p,
                 max_new_tokens=s.max_new_tokens,
                 seeds=seeds[start : start + self.gen_batch],
+                **extra,
             )
             out.extend(Generated(c.text, list(c.token_ids), list(c.logprobs), c.finish_reason) for c in completions)
         return out
@@ -134,6 +141,17 @@ class RandomPolicy:
             rng = random.Random(_derive_seed(self.seed, ep.spec.episode_id, len(ep.turns)))
             out.append(Generated(self.env.random_response(ep.last, rng)))
         return out
+
+
+def turn_images(prompt: str, result: StepResult | None) -> list:
+    """The images of one turn's request: the observation image once per `<image>` placeholder of its prompt (the
+    environments' visual prompts show the current image only). A placeholder without an image is an error."""
+    wanted = prompt.count(IMAGE_PLACEHOLDER)
+    if not wanted:
+        return []
+    if result is None or result.image is None:
+        raise ValueError("the prompt asks for an image but the environment sent none (observation mode text?)")
+    return [decode_png(result.image)] * wanted
 
 
 def _derive_seed(*parts: object) -> int:
