@@ -311,7 +311,8 @@ def model_init(
         "tiny",
         "--preset",
         help="tiny (own BPE tokenizer) | tiny-qwen (real Qwen2.5 tokenizer) | qwen2.5-{0.5b,1.5b,3b,7b}-shape "
-        "(the real model's shape, random bf16 weights, real tokenizer: for GPU memory and speed checks)",
+        "(the real model's shape, random bf16 weights, real tokenizer: for GPU memory and speed checks) | tiny-vl "
+        "(a random Qwen2.5-VL: vision tower, image processor, own BPE tokenizer; for sokoban/ezpoints with images)",
     ),
     seed: int = typer.Option(0, "--seed", help="initialisation seed"),
     warm_start: str | None = typer.Option(
@@ -326,10 +327,18 @@ def model_init(
         from seedcli.engines.tiny import PRESETS, build_tiny_model
         from seedcli.envs import tokenizer_texts
 
-        if preset not in PRESETS:
-            raise UserError(f"unknown preset '{preset}'; use one of {', '.join(PRESETS)}")
-        corpus = tokenizer_texts() if preset == "tiny" else None  # only the tiny BPE learns the environments' text
-        path = build_tiny_model(out, preset=preset, seed=seed, corpus=corpus)
+        if preset not in (*PRESETS, "tiny-vl"):
+            raise UserError(f"unknown preset '{preset}'; use one of {', '.join(PRESETS)}, tiny-vl")
+        # only the tiny BPE learns the environments' text
+        corpus = tokenizer_texts() if preset in ("tiny", "tiny-vl") else None
+        if preset == "tiny-vl":
+            if warm_start:
+                raise UserError("--warm-start clones ALFWorld's text expert; it does not apply to --preset tiny-vl")
+            from seedcli.engines.vision import build_tiny_vl_model
+
+            path = build_tiny_vl_model(out, seed=seed, corpus=corpus)
+        else:
+            path = build_tiny_model(out, preset=preset, seed=seed, corpus=corpus)
         if warm_start:
             if warm_start != "expert":
                 raise UserError(f"unknown --warm-start '{warm_start}'; use expert")

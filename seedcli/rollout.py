@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from seedcli.engines.base import IMAGE_PLACEHOLDER, content_parts
 from seedcli.envs import get_env
 from seedcli.envs.base import Environment, StepResult, Task
 from seedcli.envs.pool import EnvPool
-from seedcli.engines.base import IMAGE_PLACEHOLDER, content_parts
 from seedcli.images import ImageStore, decode_png
 from seedcli.records import Trajectory, Turn
 

@@ -11,11 +11,19 @@ import os
 import random
 from typing import Any
 
-from seedcli.engines.base import Completion, completion_text, render_chat, split_at_stop, stop_token_ids
+from seedcli.engines.base import (
+    Completion,
+    completion_text,
+    is_vision_model,
+    render_chat,
+    split_at_stop,
+    stop_token_ids,
+)
 
 
 class HFEngine:
-    """transformers back end: left-padded batched `generate` with raw log-probs, and a forward-pass `score`."""
+    """transformers back end: left-padded batched `generate` with raw log-probs, and a forward-pass `score`. A
+    vision-language model (Qwen2.5-VL) takes each request's images (`images=`), one per image placeholder."""
 
     name = "hf"
 
@@ -37,9 +45,19 @@ class HFEngine:
         self.device = torch.device(_resolve_device(device))
         self.max_batch = max_batch
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(
+        self.vision = is_vision_model(model_dir)
+        model_class = AutoModelForCausalLM
+        if self.vision:
+            from transformers import AutoModelForImageTextToText
+
+            from seedcli.engines.vision import load_image_processor
+
+            model_class = AutoModelForImageTextToText
+            self.image_processor = load_image_processor(model_dir)
+        self.model = model_class.from_pretrained(
             model_dir, dtype=_torch_dtype(dtype), attn_implementation=attn_implementation
         ).to(self.device)
+        self.image_token_id = getattr(self.model.config, "image_token_id", None)
         self.model.eval()
         self.stop_ids = stop_token_ids(self.tokenizer)
         pad = self.tokenizer.pad_token_id
@@ -62,11 +80,13 @@ class HFEngine:
         max_new_tokens: int,
         seed: int | None = None,
         seeds: list[int] | None = None,
+        images: list[list[Any]] | None = None,
     ) -> list[Completion]:
         """Sample (or, at temperature 0, greedily decode) one completion per prompt, in sub-batches of `max_batch`.
 
         Prompt i samples from its own generator seeded `seeds[i]` (default `seed + i`), so its completion depends on
         its prompt and seed alone, not on the batch it shares; `seed=None` draws from the engine's seed.
+        `images[i]`: prompt i's images (uint8 H×W×3 arrays), one per image-pad token of its ids, in order.
         """
         import torch
 
@@ -80,21 +100,55 @@ class HFEngine:
             seeds = [(seed + i) % 2**63 for i in range(len(prompts))]
         elif len(seeds) != len(prompts):
             raise ValueError(f"generate got {len(prompts)} prompts but {len(seeds)} seeds")
+        images = self._check_images(prompts, images)
         # similar lengths share a sub-batch, so little compute goes to padding
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)
         with torch.inference_mode():
             for start in range(0, len(order), self.max_batch):
                 chunk = order[start : start + self.max_batch]
-                batch = self._generate_batch(
-                    [prompts[i] for i in chunk], [seeds[i] for i in chunk], temperature, top_p, max_new_tokens
-                )
+                ids, extra = self._with_images([prompts[i] for i in chunk], [images[i] for i in chunk])
+                batch = self._generate_batch(ids, [seeds[i] for i in chunk], temperature, top_p, max_new_tokens, extra)
                 for i, completion in zip(chunk, batch, strict=True):
                     results[i] = completion
         return results  # type: ignore[return-value]
 
+    def _check_images(self, prompts: list[list[int]], images: list[list[Any]] | None) -> list[list[Any]]:
+        if images is None:
+            return [[] for _ in prompts]
+        if len(images) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(images)} image lists")
+        if any(images) and not self.vision:
+            raise ValueError("this model has no vision tower: it cannot take images (use a vision-language model)")
+        return [list(x) for x in images]
+
+    def _with_images(self, prompts: list[list[int]], images: list[list[Any]]) -> tuple[list[list[int]], dict]:
+        """The prompts with their image tokens expanded, and the forward's pixel_values/image_grid_thw."""
+        if not self.vision:
+            return prompts, {}
+        from seedcli.engines.vision import expand_image_tokens, vision_inputs
+
+        if not any(images):
+            for p in prompts:  # an image placeholder without its image
+                expand_image_tokens(p, self.image_token_id, [])
+            return prompts, {}
+
+        batch = vision_inputs(self.image_processor, images)
+        ids = [expand_image_tokens(p, self.image_token_id, n) for p, n in zip(prompts, batch.tokens, strict=True)]
+        extra = {
+            "pixel_values": batch.pixel_values.to(self.device),
+            "image_grid_thw": batch.image_grid_thw.to(self.device),
+        }
+        return ids, extra
+
     def _generate_batch(
-        self, prompts: list[list[int]], seeds: list[int], temperature: float, top_p: float, max_new_tokens: int
+        self,
+        prompts: list[list[int]],
+        seeds: list[int],
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        extra: dict | None = None,
     ) -> list[Completion]:
         import torch
         from transformers import LogitsProcessorList
@@ -112,6 +166,7 @@ class HFEngine:
             max_new_tokens=max_new_tokens,
             output_logits=True,  # raw logits, before temperature / top-p
             return_dict_in_generate=True,
+            **(extra or {}),
         )
         generated = out.sequences[:, input_ids.shape[1] :]  # [B, T]
         logprobs = torch.empty(generated.shape, dtype=torch.float32)  # [B, T]
@@ -131,12 +186,16 @@ class HFEngine:
             )
         return completions
 
-    def score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
-        """Raw log-prob of every completion token under the model, one forward pass per sub-batch."""
+    def score(
+        self, prompts: list[list[int]], completions: list[list[int]], images: list[list[Any]] | None = None
+    ) -> list[list[float]]:
+        """Raw log-prob of every completion token under the model, one forward pass per sub-batch (`images` as for
+        `generate`)."""
         import torch
 
         if len(prompts) != len(completions):
             raise ValueError(f"score got {len(prompts)} prompts but {len(completions)} completions")
+        images = self._check_images(prompts, images)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(completions[i]))
         results: list[list[float]] = [[] for _ in prompts]
         with torch.inference_mode():
@@ -144,13 +203,14 @@ class HFEngine:
                 chunk = [i for i in order[start : start + self.max_batch] if completions[i]]
                 if not chunk:
                     continue
-                for i, logps in zip(
-                    chunk, self._score_batch([prompts[i] for i in chunk], [completions[i] for i in chunk]), strict=True
-                ):
+                ids, extra = self._with_images([prompts[i] for i in chunk], [images[i] for i in chunk])
+                for i, logps in zip(chunk, self._score_batch(ids, [completions[i] for i in chunk], extra), strict=True):
                     results[i] = logps
         return results
 
-    def _score_batch(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+    def _score_batch(
+        self, prompts: list[list[int]], completions: list[list[int]], extra: dict | None = None
+    ) -> list[list[float]]:
         import torch
 
         if any(not p for p in prompts):
@@ -158,13 +218,15 @@ class HFEngine:
         input_ids, attention_mask = self._left_pad([p + c for p, c in zip(prompts, completions, strict=True)])
         # left padding: completions end at the last position, so only the last max_len + 1 logits are needed
         keep = max(len(c) for c in completions) + 1
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        # a VLM places its 3-D (M-RoPE) positions itself from the ids, the image grids and the mask
+        positions = {} if self.vision else {"position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0)}
         logits = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            position_ids=position_ids,
             logits_to_keep=keep,
             use_cache=False,
+            **positions,
+            **(extra or {}),
         ).logits  # [B, keep, V]
         scores = []
         for row, completion in enumerate(completions):

@@ -119,6 +119,7 @@ class VLLMEngine:
         self._weights_dir: tempfile.TemporaryDirectory | None = None
         import torch.distributed
 
+        self.vision = is_vision_model(model_dir)
         llm_kwargs = vision_engine_kwargs(model_dir, llm_kwargs)
         # under torchrun (external_launcher) vLLM joins the trainer's process group, which close() must then keep
         self._owns_distributed = not (torch.distributed.is_available() and torch.distributed.is_initialized())

@@ -113,18 +113,27 @@ def sequence_logprobs(
     *,
     with_entropy: bool = False,
     chunk_tokens: int = 1024,
+    vision: dict | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log p(input_ids[t] | input_ids[<t]) at the positions of `response_mask` ([B, T] → [B, T] fp32).
 
     Other positions (and t = 0, which has no context) hold 0. With `with_entropy` also returns the entropy of the
     same next-token distributions. Position ids follow `attention_mask`, so left padding scores like no padding.
     Gradients flow when called with grad enabled; logits exist only for `chunk_tokens` tokens at a time.
+    `vision` (a vision-language model's `pixel_values` and `image_grid_thw` for the rows' images, in row order)
+    runs the vision tower and places its features at the image tokens; the model then sets its own 3-D positions.
     """
     decoder, head = _unwrap(model)
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, T], as generation assigns them
-    hidden = decoder(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).last_hidden_state  # [B, T, H]
+    if vision:
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        hidden = base.model(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **vision
+        ).last_hidden_state  # [B, T, H]
+    else:
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, T], as generation assigns them
+        hidden = decoder(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state  # [B, T, H]
 
     wanted = response_mask.bool().clone()
     wanted[:, 0] = False  # the first token has no prediction

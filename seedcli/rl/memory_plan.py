@@ -112,7 +112,9 @@ def plan(
     acts = ckpt_acts if gradient_checkpointing else full_acts
     parts["activations" + (" (checkpointed)" if gradient_checkpointing else "")] = acts
     overhead = CUDA_OVERHEAD_GIB * GIB
-    resident = sum(parts[k] for k in list(parts)[:4]) - parts["gradients (fp32, sharded)"]  # grads freed between updates
+    resident = (
+        sum(parts[k] for k in list(parts)[:4]) - parts["gradients (fp32, sharded)"]
+    )  # grads freed between updates
     update = sum(parts.values())
     rollout = resident + vllm_gpu_memory * card_gib * GIB
     g = {k: v / GIB for k, v in parts.items()}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from seedcli.config import RLConfig
+from seedcli.errors import UserError
 from seedcli.rl import distributed as D
 from seedcli.rl.engine_sync import phase_memory, prove_start_weights, refresh_engine
 from seedcli.rl.rescoring import TurnSample
@@ -74,6 +75,21 @@ class RLContext:
     insert_skill: Callable[[str, str], str]  # the environment's skill-augmented prompt
     win_reward: float  # the environment's reward convention (ALFWorld 10 / 0.1, search 1 / 0.01)
     invalid_penalty: float
+    vision_processor: Any = None  # a vision-language policy's image processor (None: a text policy)
+    images: Any = None  # ImageStore of the run's observation images (set by the stage)
+
+    def vision_inputs(self, rows: list[list[str]]) -> dict:
+        """pixel_values and image_grid_thw of a micro-batch's images (each row's sha256s, in order)."""
+        from seedcli.engines.vision import vision_inputs
+
+        batch = vision_inputs(self.vision_processor, [[self.images.pixels(sha) for sha in row] for row in rows])
+        return {"pixel_values": batch.pixel_values, "image_grid_thw": batch.image_grid_thw}
+
+    def image_tokens(self, shas: list[str]) -> list[int]:
+        """How many tokens each image takes in the prompt (its merged patches)."""
+        from seedcli.engines.vision import vision_inputs
+
+        return vision_inputs(self.vision_processor, [[self.images.pixels(sha) for sha in shas]]).tokens[0]
 
     @property
     def tokenizer(self):
@@ -89,6 +105,10 @@ def load_lm(path: Path, info, dtype=None):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from seedcli.engines.base import is_vision_model
+
+    if is_vision_model(path):  # the vision tower is part of the policy: trained, sharded and refreshed with it
+        from transformers import AutoModelForImageTextToText as AutoModelForCausalLM  # noqa: N814
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
     return lm.to(info.device)  # under FSDP, fully_shard then shards the parameters already on the rank's GPU
 
@@ -218,8 +238,19 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
 
     cfg, info, engine = ctx.cfg, ctx.info, ctx.engine
 
-    def render(text: str) -> list[int]:
-        return list(engine.render([{"role": "user", "content": text}]))
+    def render(text: str, images: list[str] | None = None) -> list[int]:
+        if not images:
+            return list(engine.render([{"role": "user", "content": text}]))
+        if ctx.vision_processor is None:
+            raise UserError(
+                "the episodes show images but the policy has no vision tower: use a vision-language model "
+                "(`seed model init --preset tiny-vl`) or env_options '{observation: text}'"
+            )
+        from seedcli.engines.base import content_parts
+        from seedcli.engines.vision import expand_image_tokens
+
+        ids = engine.render([{"role": "user", "content": content_parts(text)}])
+        return expand_image_tokens(ids, ctx.models.lm.config.image_token_id, ctx.image_tokens(images))
 
     samples = build_turn_samples(
         batch.episodes,
@@ -249,6 +280,7 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
         device=info.device,
         timings=timings,
         sync_count=lambda n: D.max_over_ranks(n, info),  # every rank runs as many forwards as the busiest
+        vision=ctx.vision_inputs if ctx.vision_processor is not None else None,
     )
     D.reshard(models.train_model)
     shift_sum, shift_n = 0.0, 0
@@ -302,6 +334,7 @@ def update_policy(ctx: RLContext, scored: Rescored) -> UpdateResult:
         grad_clip=cfg.grad_clip,
         pad_id=ctx.pad_id,
         use_ref=models.ref_model is not None,
+        vision=ctx.vision_inputs if ctx.vision_processor is not None else None,
     )
 
 

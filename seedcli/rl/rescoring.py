@@ -22,8 +22,12 @@ import torch
 from seedcli.rl.advantages import group_advantages, turn_scores
 from seedcli.rl.logprobs import pack_by_length
 
-# A score function: (input_ids [B, T], attention_mask [B, T], response_mask [B, T]) → per-token log-probs [B, T].
-ScoreFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# A score function: (input_ids [B, T], attention_mask [B, T], response_mask [B, T]) → per-token log-probs [B, T];
+# a vision-language model's also takes `pixel_values=` and `image_grid_thw=` for the rows' images.
+ScoreFn = Callable[..., torch.Tensor]
+# The vision inputs of a micro-batch: the image sha256s of each row, in order → pixel_values and image_grid_thw.
+VisionFn = Callable[[list[list[str]]], dict]
+IMAGE_PLACEHOLDER = "<image>"
 
 
 # --------------------------------------------------------------------------------------------- turn-samples
@@ -52,6 +56,7 @@ class TurnSample:
     skill_prompt_len: int = -1
     prompt: str = field(default="", repr=False)  # the turn's user message, kept until rendered
     skill_prompt: str | None = field(default=None, repr=False)
+    images: list[str] = field(default_factory=list)  # sha256 of each image the prompt shows, in placeholder order
 
     def __post_init__(self) -> None:
         if self.prompt_ids is not None:
@@ -112,6 +117,7 @@ def build_turn_samples(
                     has_skill=skill_prompt is not None,
                     prompt=turn.prompt,
                     skill_prompt=skill_prompt,
+                    images=[turn.image] * turn.prompt.count(IMAGE_PLACEHOLDER) if turn.image else [],
                 )
             )
     if samples:
@@ -127,14 +133,19 @@ def build_turn_samples(
     return samples
 
 
-def render_samples(samples: Sequence[TurnSample], indices: Iterable[int], render: Callable[[str], list[int]]) -> None:
-    """Tokenise the prompts (and skill prompts) of `samples[i]` for i in `indices`, in place."""
+def render_samples(samples: Sequence[TurnSample], indices: Iterable[int], render: Callable[..., list[int]]) -> None:
+    """Tokenise the prompts (and skill prompts) of `samples[i]` for i in `indices`, in place. A sample that shows
+    images is rendered with `render(text, images)` (the ids then hold each image's tokens), others `render(text)`."""
     for i in indices:
         s = samples[i]
-        s.prompt_ids = list(render(s.prompt))
+
+        def tokens(text: str, s: TurnSample = s) -> list[int]:
+            return list(render(text, s.images)) if s.images else list(render(text))
+
+        s.prompt_ids = tokens(s.prompt)
         s.prompt_len = len(s.prompt_ids)
         if s.skill_prompt is not None:
-            s.skill_prompt_ids = list(render(s.skill_prompt))
+            s.skill_prompt_ids = tokens(s.skill_prompt)
             s.skill_prompt_len = len(s.skill_prompt_ids)
 
 
@@ -168,9 +179,12 @@ def score_responses(
     pad_id: int,
     device: torch.device | str = "cpu",
     sync_count: Callable[[int], int] | None = None,
+    images: Sequence[list[str]] | None = None,
+    vision: VisionFn | None = None,
 ) -> list[torch.Tensor]:
     """Log-prob of each response token given its prompt, for (prompt_ids, response_ids) pairs; returns one fp32
     CPU tensor [R_i] per pair. Pairs are packed into micro-batches by length (count × longest ≤ `max_tokens`).
+    `images[i]` (with `vision`): pair i's image sha256s, whose pixels go to the score function with its batch.
 
     `sync_count(n)` → the largest n over all ranks: under FSDP every forward is a set of collectives, so a rank with
     fewer micro-batches (or none) runs padding forwards until every rank has run the same number."""
@@ -185,7 +199,10 @@ def score_responses(
         for b, i in enumerate(batch):
             p, r = len(contexts[i][0]), len(contexts[i][1])
             resp[b, p : p + r] = 1
-        logp = score_fn(ids.to(device), attn.to(device), resp.to(device)).float().cpu()  # [B, T]
+        extra = {}
+        if vision is not None and images is not None and any(images[i] for i in batch):
+            extra = {k: v.to(device) for k, v in vision([list(images[i]) for i in batch]).items()}
+        logp = score_fn(ids.to(device), attn.to(device), resp.to(device), **extra).float().cpu()  # [B, T]
         for b, i in enumerate(batch):
             p, r = len(contexts[i][0]), len(contexts[i][1])
             out[i] = logp[b, p : p + r].clone()
@@ -208,6 +225,7 @@ def rescore_samples(
     device: torch.device | str = "cpu",
     timings: dict[str, float] | None = None,
     sync_count: Callable[[int], int] | None = None,
+    vision: VisionFn | None = None,
 ) -> dict[str, int]:
     """Fill ℓ_old, ℓ_ref (when `ref_fn`) and ℓ_skill (when `teacher`, for samples with a skill prompt) in place.
     `timings` (if given) receives seconds for 'old', 'ref' and 'teacher'. With `sync_count` (several ranks) every
@@ -232,19 +250,24 @@ def rescore_samples(
             timings[key] = timings.get(key, 0.0) + time.perf_counter() - t0
         return result
 
-    kw = dict(max_tokens=max_tokens, pad_id=pad_id, device=device)
+    kw = dict(max_tokens=max_tokens, pad_id=pad_id, device=device, vision=vision)
     plain = [(s.prompt_ids, s.response_ids) for s in samples]
-    scored = timed("old", lambda: score_responses(old_fn, plain, sync_count=counting("old"), **kw))
+    images = [s.images for s in samples]
+    scored = timed("old", lambda: score_responses(old_fn, plain, sync_count=counting("old"), images=images, **kw))
     for s, lp in zip(samples, scored, strict=True):
         s.old_logp = lp
     if ref_fn is not None:
-        scored = timed("ref", lambda: score_responses(ref_fn, plain, sync_count=counting("ref"), **kw))
+        scored = timed("ref", lambda: score_responses(ref_fn, plain, sync_count=counting("ref"), images=images, **kw))
         for s, lp in zip(samples, scored, strict=True):
             s.ref_logp = lp
     if teacher:
         with_skill = [s for s in samples if s.skill_prompt_ids is not None]
         ctx = [(s.skill_prompt_ids, s.response_ids) for s in with_skill]
-        scored = timed("teacher", lambda: score_responses(old_fn, ctx, sync_count=counting("teacher"), **kw))
+        teacher_images = [s.images for s in with_skill]  # the same images: only the text differs (the skill block)
+        scored = timed(
+            "teacher",
+            lambda: score_responses(old_fn, ctx, sync_count=counting("teacher"), images=teacher_images, **kw),
+        )
         for s, lp in zip(with_skill, scored, strict=True):
             s.skill_logp = lp
     return counts

@@ -39,10 +39,16 @@ def evaluate(results: dict) -> list[Check]:
         recs = run.get("metrics", [])
         out.append(Check(f"{name}: seed rl exited 0", run.get("rc") == 0, f"rc={run.get('rc')}"))
         out.append(
-            Check(f"{name}: one metrics record per update", len(recs) == run.get("steps"), f"{len(recs)}/{run.get('steps')}")
+            Check(
+                f"{name}: one metrics record per update",
+                len(recs) == run.get("steps"),
+                f"{len(recs)}/{run.get('steps')}",
+            )
         )
         missing = sorted({k for r in recs for k in REQUIRED if not _finite(r.get(k))})
-        out.append(Check(f"{name}: every required metric present and finite", bool(recs) and not missing, ", ".join(missing)))
+        out.append(
+            Check(f"{name}: every required metric present and finite", bool(recs) and not missing, ", ".join(missing))
+        )
         want = int(run.get("expect_checksums", 1))
         got = [r.get("sync/checksum_tensors", 0) for r in recs]
         out.append(
@@ -61,22 +67,34 @@ def evaluate(results: dict) -> list[Check]:
             )
         )
         lrs = {r.get("actor/lr") for r in recs}
-        out.append(Check(f"{name}: trained at lr {run.get('lr')}", lrs == {run.get("lr")}, f"actor/lr {sorted(map(str, lrs))}"))
+        out.append(
+            Check(f"{name}: trained at lr {run.get('lr')}", lrs == {run.get("lr")}, f"actor/lr {sorted(map(str, lrs))}")
+        )
         if run.get("world", 1) >= 2:
-            pad = sum((r.get("dist/padding_forwards_rescore") or 0) + (r.get("dist/padding_micro_batches") or 0) for r in recs)
+            pad = sum(
+                (r.get("dist/padding_forwards_rescore") or 0) + (r.get("dist/padding_micro_batches") or 0) for r in recs
+            )
             out.append(
-                Check(f"{name}: ranks held unequal shares and padded (no hang)", pad > 0 and run.get("rc") == 0, f"padding {pad}")
+                Check(
+                    f"{name}: ranks held unequal shares and padded (no hang)",
+                    pad > 0 and run.get("rc") == 0,
+                    f"padding {pad}",
+                )
             )
         else:
             out.append(Check(f"{name}: ranks held unequal shares and padded (no hang)", None, "one rank"))
         if run.get("self_analyzer"):
             ran = [r.get("timing_s/analyze", 0) for r in recs]
-            out.append(Check(f"{name}: the self-analyzer ran every update", bool(recs) and all(t > 0 for t in ran), f"{ran}"))
+            out.append(
+                Check(f"{name}: the self-analyzer ran every update", bool(recs) and all(t > 0 for t in ran), f"{ran}")
+            )
         mem_missing = sorted({p for r in recs for p in PHASES if not _finite(r.get(f"mem/{p}/peak_allocated_gib"))})
-        out.append(Check(f"{name}: GPU memory reported for every phase", bool(recs) and not mem_missing, ", ".join(mem_missing)))
-        freed = [
-            (r.get("mem/analyze/device_used_gib") or 0) - (r.get("mem/sleep/device_used_gib") or 0) for r in recs
-        ]
+        out.append(
+            Check(
+                f"{name}: GPU memory reported for every phase", bool(recs) and not mem_missing, ", ".join(mem_missing)
+            )
+        )
+        freed = [(r.get("mem/analyze/device_used_gib") or 0) - (r.get("mem/sleep/device_used_gib") or 0) for r in recs]
         out.append(
             Check(
                 f"{name}: vLLM sleep hands its memory back (>= {SLEEP_FREES_GIB} GiB)",

@@ -17,7 +17,7 @@ import os
 import random
 import shutil
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,9 +55,15 @@ class Scorer(torch.nn.Module):
         self.lm = lm
         self.chunk_tokens = chunk_tokens
 
-    def forward(self, input_ids, attention_mask, response_mask, with_entropy: bool = False):
+    def forward(self, input_ids, attention_mask, response_mask, with_entropy: bool = False, **vision):
         return sequence_logprobs(
-            self.lm, input_ids, attention_mask, response_mask, with_entropy=with_entropy, chunk_tokens=self.chunk_tokens
+            self.lm,
+            input_ids,
+            attention_mask,
+            response_mask,
+            with_entropy=with_entropy,
+            chunk_tokens=self.chunk_tokens,
+            vision=vision or None,
         )
 
 
@@ -195,7 +201,10 @@ def micro_batch_loss(
 
     `denoms` = (response tokens, OPD tokens) of the whole mini-batch across ranks: each term is then this
     micro-batch's share of the mini-batch token mean. Without it, each term is the micro-batch's own token mean."""
-    logp, entropy = model(batch["input_ids"], batch["attention_mask"], batch["response_mask"], with_entropy=True)
+    vision = {k: batch[k] for k in ("pixel_values", "image_grid_thw") if k in batch}
+    logp, entropy = model(
+        batch["input_ids"], batch["attention_mask"], batch["response_mask"], with_entropy=True, **vision
+    )
     mask = batch["response_mask"]
     n_all, n_opd_all = denoms if denoms is not None else (None, None)
     pg = ppo_clip_loss(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip, denom=n_all)
@@ -248,6 +257,7 @@ def train_update(
     grad_clip: float,
     pad_id: int,
     use_ref: bool = True,
+    vision: Callable[[list[list[str]]], dict] | None = None,
 ) -> UpdateResult:
     """One epoch over `plan` (see `plan_minibatches`): one optimizer step per mini-batch. This rank's samples must be
     re-scored. A non-finite loss or grad norm on any rank skips that step on every rank and ends the update early
@@ -267,12 +277,16 @@ def train_update(
         mbp = plan_micro_batches(samples, shares, info.rank, micro_tokens, opd=opd_on)
         # DDP and FSDP average gradients over ranks, so each rank's loss carries a factor `world`
         denoms = (float(mbp.tokens), float(mbp.opd_tokens))
-        micro: list[tuple[list[TurnSample], float]] = [([samples[i] for i in mb], float(info.world)) for mb in mbp.micro]
+        micro: list[tuple[list[TurnSample], float]] = [
+            ([samples[i] for i in mb], float(info.world)) for mb in mbp.micro
+        ]
         sums[_STAT_KEYS.index("padding")] += mbp.n_micro - len(micro)
         micro += [([_dummy_sample(pad_id)], 0.0)] * (mbp.n_micro - len(micro))
         local_bad: list[str] = []
         for k, (mb, scale) in enumerate(micro):
             batch = collate(mb, pad_id, info.device)
+            if vision is not None and any(s.images for s in mb):
+                batch.update({k: v.to(info.device) for k, v in vision([s.images for s in mb]).items()})
             with gradient_sync(model, enabled=sync_every or k == len(micro) - 1):
                 loss, parts, mb_sums = micro_batch_loss(model, batch, weights, use_ref, denoms)
                 (loss * scale).backward()
@@ -413,7 +427,9 @@ def save_checkpoint(
     elif info.is_main:
         if lossy:
             lm.save_pretrained(
-                tmp / "model", safe_serialization=True, state_dict={k: v.to(model_dtype) for k, v in lm.state_dict().items()}
+                tmp / "model",
+                safe_serialization=True,
+                state_dict={k: v.to(model_dtype) for k, v in lm.state_dict().items()},
             )
             _set_config_dtype(tmp / "model", model_dtype)
             torch.save({k: v.detach().cpu() for k, v in lm.state_dict().items()}, tmp / "master.pt")

@@ -41,6 +41,7 @@ import orjson
 from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, open_run, resolve_input
 from seedcli.config import RLConfig
 from seedcli.errors import UserError
+from seedcli.images import IMAGES_DIR, run_images
 from seedcli.rl.phases import Plan, RLContext
 from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
 from seedcli.rl.skill_library import SkillCategories, default_library_path, load_skill_library
@@ -161,6 +162,8 @@ def run(cfg: RLConfig) -> Manifest:
         if run.file(SAMPLES).exists():
             outputs[SAMPLES] = summary.pop("_sample_records")
         outputs[f"{CHECKPOINTS}/{step_dir_name(cfg.steps)}"] = None
+        if run.file(IMAGES_DIR).is_dir():  # the observation images the samples refer to (visual environments)
+            outputs[IMAGES_DIR] = None
         summary.pop("_sample_records", None)
         summary["analyzer"] = plan.analyzer + (f":{plan.library.path}" if plan.library else "")
         return run.complete(outputs, summary)
@@ -247,6 +250,7 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
             rewrite_records(run_dir / SAMPLES, read_records_upto(run_dir / SAMPLES, start_step))
     D.barrier(info)
     ctx = _context(cfg, plan, info, engine, meta, models, env)
+    ctx.images = run_images(run_dir)  # observation images (visual environments), shared by the ranks of one node
     loop = _TrainingLoop(ctx, sampler, val_games, guard, run_dir, start_step, timing_load)
     return loop.run(env)
 
@@ -401,7 +405,8 @@ def roll_out(ctx: RLContext, pool, games: list, step: int) -> list:
     settings = dataclasses.replace(ctx.base_settings, seed=update_seed(cfg.seed, step, "rollout", info.rank))
     mine: list = []
     meta = {**ctx.meta, "model_hash": f"{ctx.meta.get('model_hash', '')[:16]}+update{step - 1}"}
-    play_episodes(specs, ModelPolicy(ctx.engine, settings, cfg.gen_batch), pool, settings, meta, mine.append)
+    policy = ModelPolicy(ctx.engine, settings, cfg.gen_batch)
+    play_episodes(specs, policy, pool, settings, meta, mine.append, images=ctx.images)
     return mine
 
 
@@ -422,7 +427,8 @@ def validate(ctx: RLContext, pool, games: list, step: int) -> dict:
         if i % info.world == info.rank
     ]
     mine: list = []
-    play_episodes(specs, ModelPolicy(ctx.engine, settings, cfg.gen_batch), pool, settings, ctx.meta, mine.append)
+    policy = ModelPolicy(ctx.engine, settings, cfg.gen_batch)
+    play_episodes(specs, policy, pool, settings, ctx.meta, mine.append, images=ctx.images)
     episodes = [e for part in D.all_gather_object(mine, info) for e in part]
     m = episode_metrics(episodes)
     by_type = m["success_by_type"]
@@ -501,7 +507,20 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
         base_settings=settings_from(cfg), check_sync=check_sync,
         checksum_names=names_for_config(models.lm.config, linear=not getattr(engine, "on_cpu", False)),
         insert_skill=env.insert_skill, win_reward=env.success_reward, invalid_penalty=env.invalid_penalty,
+        vision_processor=_vision_processor(engine, models, meta),
     )  # fmt: skip
+
+
+def _vision_processor(engine, models, meta: dict):
+    """A vision-language policy's image processor (None for a text model)."""
+    if getattr(models.lm.config, "vision_config", None) is None:
+        return None
+    processor = getattr(engine, "image_processor", None)
+    if processor is None:
+        from seedcli.engines.vision import load_image_processor
+
+        processor = load_image_processor(meta["model_id"])
+    return processor
 
 
 def _probe_texts(history: int) -> tuple[str, str]:

@@ -1,0 +1,98 @@
+"""The tiny vision-language policy (a random Qwen2.5-VL built in code) on the hf engine: image tokens, the chat
+template's image parts, generation and scoring with images, and the 3B shape's size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from seedcli.engines.vision import (
+    IMAGE_PAD,
+    build_tiny_vl_model,
+    expand_image_tokens,
+    load_image_processor,
+    parameter_count,
+    vision_inputs,
+)
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="module")
+def vl_dir(tmp_path_factory):
+    return build_tiny_vl_model(tmp_path_factory.mktemp("tiny-vl"), seed=0, corpus=["<think>go</think><action>up</action>"])
+
+
+@pytest.fixture(scope="module")
+def engine(vl_dir):
+    from seedcli.engines import load_engine
+
+    eng = load_engine("hf", vl_dir, device="cpu")
+    yield eng
+    eng.close()
+
+
+def _room(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(96, 96, 3), dtype=np.uint8)
+
+
+def _prompt(engine, text: str = "Look: <image>\nWhich way?") -> list[int]:
+    from seedcli.engines.base import content_parts
+
+    return engine.render([{"role": "user", "content": content_parts(text)}])
+
+
+def test_a_96px_room_is_nine_tokens_and_the_template_writes_one_pad_per_image(vl_dir, engine):
+    processor = load_image_processor(vl_dir)
+    batch = vision_inputs(processor, [[_room(0)], [], [_room(1), _room(2)]])
+    assert batch.tokens == [[9], [], [9, 9]]
+    assert tuple(batch.image_grid_thw.shape) == (3, 3) and batch.pixel_values.shape[0] == 3 * 36
+    ids = _prompt(engine)
+    pad = engine.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+    assert pad == engine.model.config.image_token_id and ids.count(pad) == 1
+    text = engine.tokenizer.decode(ids)
+    assert "<|vision_start|><|image_pad|><|vision_end|>" in text and text.endswith("<|im_start|>assistant\n")
+    assert expand_image_tokens(ids, pad, [9]).count(pad) == 9
+    with pytest.raises(ValueError, match="1 image placeholder"):
+        expand_image_tokens(ids, pad, [9, 9])
+    # a text-only message renders as plain text (no vision tokens)
+    assert pad not in engine.render([{"role": "user", "content": "no image"}])
+
+
+def test_generation_with_images_is_per_request_and_sees_the_image(engine):
+    ids = _prompt(engine)
+    kw = dict(temperature=1.0, max_new_tokens=6)
+    alone = [engine.generate([ids], seeds=[s], images=[[_room(s)]], **kw)[0] for s in (1, 2, 3)]
+    together = engine.generate([ids] * 3, seeds=[1, 2, 3], images=[[_room(1)], [_room(2)], [_room(3)]], **kw)
+    assert [c.token_ids for c in together] == [c.token_ids for c in alone]
+    assert max(abs(a - b) for x, y in zip(alone, together) for a, b in zip(x.logprobs, y.logprobs)) < 1e-4
+    with pytest.raises(ValueError, match="placeholder"):
+        engine.generate([ids], seeds=[1], images=[[]], **kw)
+
+
+def test_score_is_the_forward_log_prob_and_depends_on_the_image(engine):
+    ids = _prompt(engine)
+    done = engine.generate([ids], seeds=[7], images=[[_room(7)]], temperature=1.0, max_new_tokens=5)[0]
+    scored = engine.score([ids], [done.token_ids], images=[[_room(7)]])[0]
+    assert np.allclose(scored, done.logprobs, atol=1e-4)  # the sampler's raw log-probs are the forward's
+    other = engine.score([ids], [done.token_ids], images=[[_room(8)]])[0]
+    assert max(abs(a - b) for a, b in zip(scored, other)) > 1e-4  # another picture, other log-probs
+
+
+def test_text_only_engines_refuse_images(tmp_path):
+    from seedcli.engines import load_engine
+    from seedcli.engines.tiny import build_tiny_model
+
+    eng = load_engine("hf", build_tiny_model(tmp_path / "t", corpus=["hi"]), device="cpu")
+    try:
+        assert eng.vision is False
+        with pytest.raises(ValueError, match="no vision tower"):
+            eng.generate([[1, 2]], seeds=[0], images=[[_room(0)]], temperature=1.0, max_new_tokens=2)
+    finally:
+        eng.close()
+
+
+def test_the_3b_shape_has_qwen25_vl_3bs_size():
+    assert 3.70e9 < parameter_count("qwen2.5-vl-3b-shape") < 3.80e9  # 3,754,622,976 (Qwen2.5-VL-3B-Instruct)
