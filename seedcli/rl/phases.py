@@ -516,4 +516,5 @@ def save_update_checkpoint(ctx: RLContext, root: Path, step: int, state: dict[st
         state=state,
         keep=ctx.cfg.keep_checkpoints,
         model_dtype=checkpoint_dtype(ctx.cfg, ctx.info),
+        processor=ctx.vision_processor,
     )

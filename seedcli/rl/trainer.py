@@ -396,6 +396,7 @@ def save_checkpoint(
     state: dict[str, Any],
     keep: int = 0,
     model_dtype: torch.dtype = torch.float32,
+    processor: Any = None,
 ) -> Path:
     """`root/step_NNNNNN/` with model/ (HF format + tokenizer, in `model_dtype`: bf16 on GPU, what eval and vLLM
     load), the optimizer, the fp32 master weights when the model is saved in a lower precision (so a resume
@@ -439,6 +440,8 @@ def save_checkpoint(
     rngs = all_gather_object(rng_state(), info)
     if info.is_main:
         tokenizer.save_pretrained(tmp / "model")
+        if processor is not None:  # a vision-language policy's image processor travels with its weights
+            processor.save_pretrained(tmp / "model")
         torch.save(rngs, tmp / "rng.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2, default=float))
         if final.exists():

@@ -335,6 +335,10 @@ def train(run_dir: Path, cfg: SFTConfig, base: Path, device: str) -> None:
 
     on_cuda = device == "cuda"
     # fp32 master weights: lr 5e-6 updates vanish in bf16 rounding; bf16 autocast does the matmuls on GPUs
+    from seedcli.engines.base import is_vision_model
+
+    if is_vision_model(base):  # a vision-language policy: the whole model (vision tower too) is saved back
+        from transformers import AutoModelForImageTextToText as AutoModelForCausalLM  # noqa: N814
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     peft_config = None
     if cfg.lora:
@@ -427,9 +431,10 @@ def _export(trainer: Any, tokenizer: Any, base: Path, run_dir: Path, lora: bool)
         model = model.to(dtype)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    gen = base / "generation_config.json"
-    if gen.exists():  # the base model's stop tokens and sampling defaults
-        shutil.copy(gen, out / "generation_config.json")
+    for name in ("generation_config.json", "preprocessor_config.json"):
+        # the base model's stop tokens and sampling defaults; a vision model's image processor
+        if (base / name).exists():
+            shutil.copy(base / name, out / name)
 
 
 def _launch(run_dir: Path, cfg: SFTConfig, base: Path, device: str, nproc: int) -> None:

@@ -1,5 +1,5 @@
 """A vision-language policy through the pipeline on CPU: the tiny Qwen2.5-VL plays Sokoban and EZPoints from images
-(collect), the rules analyzer writes skills, rl trains with images in every pass (rollout, ℓ_old, ℓ_ref, the teacher
+(collect), the rules analyzer writes skills, sft fine-tunes it to write them, rl trains with images in every pass (rollout, ℓ_old, ℓ_ref, the teacher
 with the skill block, the update) and eval plays the test split; images are stored once per run as PNGs and hashed
 in the manifest. And the proof that re-scoring sees the images: ℓ_old of a turn equals the log-probs the policy
 sampled it with, which it does not when the image is left out."""
@@ -67,7 +67,7 @@ def test_rescoring_sees_the_images(tiny_vl):
     render_samples(samples, range(len(samples)), render)
     rescore_samples(samples, old_fn=scorer, ref_fn=None, teacher=False, max_tokens=4096, pad_id=0, vision=vision)
     sampled = [torch.tensor(episodes[s.episode_index].turns[s.turn_index].logprobs) for s in samples]
-    gap = max(float((s.old_logp - lp).abs().max()) for s, lp in zip(samples, sampled))
+    gap = max(float((s.old_logp - lp).abs().max()) for s, lp in zip(samples, sampled, strict=True))
     assert gap < 1e-3, f"ℓ_old differs from the sampling log-probs by {gap}"
 
     # the same samples re-scored without their images (text ids, no pixels) do not reproduce them
@@ -75,7 +75,7 @@ def test_rescoring_sees_the_images(tiny_vl):
         s.images = []
     render_samples(samples, range(len(samples)), render)
     rescore_samples(samples, old_fn=scorer, ref_fn=None, teacher=False, max_tokens=4096, pad_id=0)
-    blind = max(float((s.old_logp - lp).abs().max()) for s, lp in zip(samples, sampled))
+    blind = max(float((s.old_logp - lp).abs().max()) for s, lp in zip(samples, sampled, strict=True))
     assert blind > 10 * max(gap, 1e-5)
     engine.close()
 
@@ -93,15 +93,17 @@ def test_tiny_vl_pipeline_on_cpu(tmp_path, tiny_vl, env):
     assert pngs and all(f"images/{name}" in {o["path"] for o in manifest["outputs"]} for name in pngs)
 
     seed_cli("annotate", "--analyzer", "rules", "--runs-dir", str(runs))
-    rl = summary(seed_cli("rl", *common, "--model", str(tiny_vl), "--steps", "1", "--batch-tasks", "2", "--group",
-                          "2", "--max-steps", "2", "--max-new-tokens", "8",
-                          "--analyzer", f"static:{runs}/annotate/latest"))  # fmt: skip
+    sft = summary(seed_cli("sft", "--runs-dir", str(runs), "--epochs", "1", "--max-length", "2048", "--json"))
+    sft_model = runs / "sft" / sft["run_id"] / "model"
+    assert (sft_model / "preprocessor_config.json").is_file()  # the fine-tuned VLM keeps its image processor
+    rl = summary(seed_cli("rl", *common, "--steps", "1", "--batch-tasks", "2", "--group", "2", "--max-steps", "2",
+                          "--max-new-tokens", "8", "--analyzer", f"static:{runs}/annotate/latest"))  # fmt: skip
     rl_dir = runs / "rl" / rl["run_id"]
     metrics = [json.loads(line) for line in (rl_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["opd/token_frac"] > 0 and metrics[-1]["opd/loss"] != 0  # the teacher pass ran, with images
     assert any(o["path"].startswith("images/") for o in json.loads((rl_dir / "manifest.json").read_text())["outputs"])
 
-    ev = summary(seed_cli("eval", *common, "--model", str(tiny_vl), "--limit", "2", "--max-new-tokens", "8"))
+    ev = summary(seed_cli("eval", *common, "--from", str(rl_dir), "--limit", "2", "--max-new-tokens", "8"))
     assert ev["metrics"]["games"] == 2 and ev["metrics"]["images"] >= 2
 
     # a changed image makes the collect run refused like any other changed output

@@ -21,7 +21,9 @@ torch.set_num_threads(2)
 
 @pytest.fixture(scope="module")
 def vl_dir(tmp_path_factory):
-    return build_tiny_vl_model(tmp_path_factory.mktemp("tiny-vl"), seed=0, corpus=["<think>go</think><action>up</action>"])
+    return build_tiny_vl_model(
+        tmp_path_factory.mktemp("tiny-vl"), seed=0, corpus=["<think>go</think><action>up</action>"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,14 @@ def test_generation_with_images_is_per_request_and_sees_the_image(engine):
     alone = [engine.generate([ids], seeds=[s], images=[[_room(s)]], **kw)[0] for s in (1, 2, 3)]
     together = engine.generate([ids] * 3, seeds=[1, 2, 3], images=[[_room(1)], [_room(2)], [_room(3)]], **kw)
     assert [c.token_ids for c in together] == [c.token_ids for c in alone]
-    assert max(abs(a - b) for x, y in zip(alone, together) for a, b in zip(x.logprobs, y.logprobs)) < 1e-4
+    assert (
+        max(
+            abs(a - b)
+            for x, y in zip(alone, together, strict=True)
+            for a, b in zip(x.logprobs, y.logprobs, strict=True)
+        )
+        < 1e-4
+    )
     with pytest.raises(ValueError, match="placeholder"):
         engine.generate([ids], seeds=[1], images=[[]], **kw)
 
@@ -78,7 +87,7 @@ def test_score_is_the_forward_log_prob_and_depends_on_the_image(engine):
     scored = engine.score([ids], [done.token_ids], images=[[_room(7)]])[0]
     assert np.allclose(scored, done.logprobs, atol=1e-4)  # the sampler's raw log-probs are the forward's
     other = engine.score([ids], [done.token_ids], images=[[_room(8)]])[0]
-    assert max(abs(a - b) for a, b in zip(scored, other)) > 1e-4  # another picture, other log-probs
+    assert max(abs(a - b) for a, b in zip(scored, other, strict=True)) > 1e-4  # another picture, other log-probs
 
 
 def test_text_only_engines_refuse_images(tmp_path):
