@@ -143,6 +143,21 @@ def main() -> int:
     multi["expect_checksums"] = 7  # embedding, 2 norms, layer-0 q/k/v, last down_proj (tied lm_head not sent)
     results["runs"]["multi"] = multi
 
+    # run 2: a vision-language policy (the tiny Qwen2.5-VL) on visual Sokoban: each turn's image through vLLM's
+    # multi_modal_data (SDPA vision attention), re-scored with the images, the vision tower refreshed and covered by
+    # the exact checksums
+    from seedcli.engines.vision import build_tiny_vl_model
+    from seedcli.envs import tokenizer_texts
+
+    vl_model = build_tiny_vl_model(out / "model_vl", seed=0, corpus=tokenizer_texts())
+    vl = rl_run(
+        "vl", vl_model, out, 1, 2,
+        ["--env", "sokoban", "--env-options", "{observation: image}", "--analyzer", "none", "--batch-tasks", "2",
+         "--group", "2", "--max-steps", "3", "--max-new-tokens", "32", "--mini-batch", "16", "--workers", "2"],
+    )  # fmt: skip
+    vl["expect_checksums"] = 10  # the text tensors above, plus the vision tower's block-0 norm, merger norm and qkv
+    results["runs"]["vl"] = vl
+
     plans = {}
     shapes = [] if args.skip_3b else ["qwen2.5-3b-shape"]
     if args.untied:

@@ -176,7 +176,12 @@ def _fully_shard(module: torch.nn.Module, trainable: bool, bf16: bool) -> torch.
     )
     lm = getattr(module, "lm", module)
     base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    for layer in base.model.layers:
+    inner = base.model
+    # a vision-language model: the text stack's layers and the vision tower's blocks
+    layers = list(inner.layers) if hasattr(inner, "layers") else list(inner.language_model.layers)
+    if hasattr(inner, "visual"):
+        layers += list(inner.visual.blocks)
+    for layer in layers:
         fully_shard(layer, mp_policy=mp, reshard_after_forward=True)
     fully_shard(module, mp_policy=mp, reshard_after_forward=not trainable)
     return module

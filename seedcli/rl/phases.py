@@ -82,14 +82,32 @@ class RLContext:
         """pixel_values and image_grid_thw of a micro-batch's images (each row's sha256s, in order)."""
         from seedcli.engines.vision import vision_inputs
 
-        batch = vision_inputs(self.vision_processor, [[self.images.pixels(sha) for sha in row] for row in rows])
+        batch = vision_inputs(self.vision_processor, [[self._pixels(sha) for sha in row] for row in rows])
         return {"pixel_values": batch.pixel_values, "image_grid_thw": batch.image_grid_thw}
+
+    def padding_ids(self) -> list[int] | None:
+        """The prompt of a padding forward for a vision-language policy: one blank image's tokens (None: text)."""
+        if self.vision_processor is None:
+            return None
+        from seedcli.rl.rescoring import BLANK_IMAGE
+
+        image_id = self.models.lm.config.image_token_id
+        return [self.pad_id, *[image_id] * self.image_tokens([BLANK_IMAGE])[0], self.pad_id]
 
     def image_tokens(self, shas: list[str]) -> list[int]:
         """How many tokens each image takes in the prompt (its merged patches)."""
         from seedcli.engines.vision import vision_inputs
 
-        return vision_inputs(self.vision_processor, [[self.images.pixels(sha) for sha in shas]]).tokens[0]
+        return vision_inputs(self.vision_processor, [[self._pixels(sha) for sha in shas]]).tokens[0]
+
+    def _pixels(self, sha: str):
+        from seedcli.rl.rescoring import BLANK_IMAGE
+
+        if sha == BLANK_IMAGE:
+            import numpy as np
+
+            return np.zeros((56, 56, 3), dtype=np.uint8)
+        return self.images.pixels(sha)
 
     @property
     def tokenizer(self):
@@ -281,6 +299,7 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
         timings=timings,
         sync_count=lambda n: D.max_over_ranks(n, info),  # every rank runs as many forwards as the busiest
         vision=ctx.vision_inputs if ctx.vision_processor is not None else None,
+        padding_ids=ctx.padding_ids(),
     )
     D.reshard(models.train_model)
     shift_sum, shift_n = 0.0, 0
@@ -335,6 +354,7 @@ def update_policy(ctx: RLContext, scored: Rescored) -> UpdateResult:
         pad_id=ctx.pad_id,
         use_ref=models.ref_model is not None,
         vision=ctx.vision_inputs if ctx.vision_processor is not None else None,
+        padding_ids=ctx.padding_ids(),
     )
 
 

@@ -28,6 +28,7 @@ ScoreFn = Callable[..., torch.Tensor]
 # The vision inputs of a micro-batch: the image sha256s of each row, in order → pixel_values and image_grid_thw.
 VisionFn = Callable[[list[list[str]]], dict]
 IMAGE_PLACEHOLDER = "<image>"
+BLANK_IMAGE = "blank"  # the image of a padding forward (a vision tower must run on every rank under FSDP)
 
 
 # --------------------------------------------------------------------------------------------- turn-samples
@@ -181,10 +182,12 @@ def score_responses(
     sync_count: Callable[[int], int] | None = None,
     images: Sequence[list[str]] | None = None,
     vision: VisionFn | None = None,
+    padding_ids: Sequence[int] | None = None,
 ) -> list[torch.Tensor]:
     """Log-prob of each response token given its prompt, for (prompt_ids, response_ids) pairs; returns one fp32
     CPU tensor [R_i] per pair. Pairs are packed into micro-batches by length (count × longest ≤ `max_tokens`).
     `images[i]` (with `vision`): pair i's image sha256s, whose pixels go to the score function with its batch.
+    `padding_ids` (with `vision`): the prompt of a padding forward, holding the tokens of one `BLANK_IMAGE`.
 
     `sync_count(n)` → the largest n over all ranks: under FSDP every forward is a set of collectives, so a rank with
     fewer micro-batches (or none) runs padding forwards until every rank has run the same number."""
@@ -208,9 +211,15 @@ def score_responses(
             out[i] = logp[b, p : p + r].clone()
     for _ in range(total - len(batches)):
         # a padding forward that touches every parameter (lm_head included), like a real micro-batch
-        ids, attn = pad_right([[pad_id, pad_id, pad_id]], pad_id)
-        resp = torch.tensor([[0.0, 0.0, 1.0]])
-        score_fn(ids.to(device), attn.to(device), resp.to(device))
+        extra = {}
+        row = [pad_id, pad_id, pad_id]
+        if vision is not None and padding_ids is not None:  # the vision tower runs too, on a blank image
+            row = [*padding_ids, pad_id]
+            extra = {k: v.to(device) for k, v in vision([[BLANK_IMAGE]]).items()}
+        ids, attn = pad_right([row], pad_id)
+        resp = torch.zeros(ids.shape, dtype=torch.float32)
+        resp[0, -1] = 1.0
+        score_fn(ids.to(device), attn.to(device), resp.to(device), **extra)
     return out  # type: ignore[return-value]
 
 
@@ -226,6 +235,7 @@ def rescore_samples(
     timings: dict[str, float] | None = None,
     sync_count: Callable[[int], int] | None = None,
     vision: VisionFn | None = None,
+    padding_ids: Sequence[int] | None = None,
 ) -> dict[str, int]:
     """Fill ℓ_old, ℓ_ref (when `ref_fn`) and ℓ_skill (when `teacher`, for samples with a skill prompt) in place.
     `timings` (if given) receives seconds for 'old', 'ref' and 'teacher'. With `sync_count` (several ranks) every
@@ -250,7 +260,7 @@ def rescore_samples(
             timings[key] = timings.get(key, 0.0) + time.perf_counter() - t0
         return result
 
-    kw = dict(max_tokens=max_tokens, pad_id=pad_id, device=device, vision=vision)
+    kw = dict(max_tokens=max_tokens, pad_id=pad_id, device=device, vision=vision, padding_ids=padding_ids)
     plain = [(s.prompt_ids, s.response_ids) for s in samples]
     images = [s.images for s in samples]
     scored = timed("old", lambda: score_responses(old_fn, plain, sync_count=counting("old"), images=images, **kw))

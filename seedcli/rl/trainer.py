@@ -139,10 +139,17 @@ def collate(samples: Sequence[TurnSample], pad_id: int, device: torch.device | s
     return {k: v.to(device) for k, v in out.items()}
 
 
-def _dummy_sample(pad_id: int) -> TurnSample:
+def _dummy_sample(pad_id: int, padding_ids: Sequence[int] | None = None) -> TurnSample:
     """A three-token sample for padding micro-batches: it runs forward and backward through every parameter (so the
-    collectives match the other ranks') and is given weight 0."""
+    collectives match the other ranks') and is given weight 0. `padding_ids` (a vision-language policy): a prompt
+    holding one blank image's tokens, so the vision tower runs too."""
     zero = torch.zeros(1)
+    if padding_ids is not None:
+        from seedcli.rl.rescoring import BLANK_IMAGE
+
+        sample = TurnSample(-1, -1, "", list(padding_ids), [pad_id], None, 0.0, 0.0, zero, zero, None)
+        sample.images = [BLANK_IMAGE]
+        return sample
     return TurnSample(-1, -1, "", [pad_id, pad_id], [pad_id], None, 0.0, 0.0, zero, zero, None)
 
 
@@ -258,6 +265,7 @@ def train_update(
     pad_id: int,
     use_ref: bool = True,
     vision: Callable[[list[list[str]]], dict] | None = None,
+    padding_ids: Sequence[int] | None = None,
 ) -> UpdateResult:
     """One epoch over `plan` (see `plan_minibatches`): one optimizer step per mini-batch. This rank's samples must be
     re-scored. A non-finite loss or grad norm on any rank skips that step on every rank and ends the update early
@@ -281,7 +289,9 @@ def train_update(
             ([samples[i] for i in mb], float(info.world)) for mb in mbp.micro
         ]
         sums[_STAT_KEYS.index("padding")] += mbp.n_micro - len(micro)
-        micro += [([_dummy_sample(pad_id)], 0.0)] * (mbp.n_micro - len(micro))
+        micro += [([_dummy_sample(pad_id, padding_ids if vision is not None else None)], 0.0)] * (
+            mbp.n_micro - len(micro)
+        )
         local_bad: list[str] = []
         for k, (mb, scale) in enumerate(micro):
             batch = collate(mb, pad_id, info.device)

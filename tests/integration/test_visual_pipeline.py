@@ -112,3 +112,24 @@ def test_tiny_vl_pipeline_on_cpu(tmp_path, tiny_vl, env):
     proc = seed_cli("annotate", "--analyzer", "rules", "--runs-dir", str(runs), "--from", str(collect_dir),
                     check=False)  # fmt: skip
     assert proc.returncode == 2 and "sha256" in proc.stderr, proc.stderr
+
+
+def test_fsdp_ranks_shard_the_vision_tower_and_match_one_process(tmp_path, tiny_vl):
+    """Two gloo ranks under FSDP2 with unequal shares (3 rollouts of one room): the vision blocks are sharded with
+    the text layers, the rank with less work runs padding forwards on a blank image (no hang), and the first update
+    equals one process's."""
+    (tmp_path / "skills.json").write_text(json.dumps({"sokoban": "Walk behind the box, then push it to the target."}))
+    first = {}
+    for nproc in (1, 2):
+        runs = tmp_path / f"runs{nproc}"
+        out = summary(seed_cli("rl", "--env", "sokoban", "--env-options", IMAGE, "--model", str(tiny_vl), "--nproc",
+                               str(nproc), "parallel=fsdp", "--steps", "1", "--batch-tasks", "1", "--group", "3",
+                               "--max-steps", "3", "--max-new-tokens", "8", "micro_batch_tokens=64", "--analyzer",
+                               f"static:{tmp_path / 'skills.json'}", "--runs-dir", str(runs), "--json"))  # fmt: skip
+        rec = json.loads((runs / "rl" / out["run_id"] / "metrics.jsonl").read_text().splitlines()[-1])
+        first[nproc] = rec
+    two = first[2]
+    assert two["dist/padding_micro_batches"] + two["dist/padding_forwards_rescore"] > 0
+    assert two["opd/token_frac"] > 0
+    for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "opd/loss", "opd/gate_mean", "actor/grad_norm"):
+        assert abs(first[1][key] - two[key]) < 1e-4, key
