@@ -180,6 +180,15 @@ def is_vision_model(model_dir: str | os.PathLike) -> bool:
     return config.get("model_type") in VISION_MODEL_TYPES or "vision_config" in config
 
 
+def vision_pad_ids(config: Any) -> list[int]:
+    """The image and video placeholder ids of a vision-language model's config (what it must never generate)."""
+    return [
+        int(i)
+        for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
+        if i is not None
+    ]
+
+
 def content_parts(text: str) -> str | list[dict]:
     """A user message's text with `<image>` placeholders as chat-template content parts (`{"type": "image"}` for
     each placeholder, `{"type": "text", ...}` between them); text without a placeholder stays a string."""

@@ -18,6 +18,7 @@ from seedcli.engines.base import (
     render_chat,
     split_at_stop,
     stop_token_ids,
+    vision_pad_ids,
 )
 
 
@@ -58,6 +59,9 @@ class HFEngine:
             model_dir, dtype=_torch_dtype(dtype), attn_implementation=attn_implementation
         ).to(self.device)
         self.image_token_id = getattr(self.model.config, "image_token_id", None)
+        # a VLM never writes an image or video placeholder (one in a response would take an image's place when the
+        # turn is re-scored), so sampling leaves them out
+        self.suppress_ids = vision_pad_ids(self.model.config) if self.vision else []
         self.model.eval()
         self.stop_ids = stop_token_ids(self.tokenizer)
         pad = self.tokenizer.pad_token_id
@@ -166,6 +170,7 @@ class HFEngine:
             max_new_tokens=max_new_tokens,
             output_logits=True,  # raw logits, before temperature / top-p
             return_dict_in_generate=True,
+            **({"suppress_tokens": self.suppress_ids} if self.suppress_ids else {}),
             **(extra or {}),
         )
         generated = out.sequences[:, input_ids.shape[1] :]  # [B, T]

@@ -27,6 +27,7 @@ from seedcli.engines.base import (
     render_chat,
     split_at_stop,
     stop_token_ids,
+    vision_pad_ids,
 )
 
 # Qwen2.5-VL's vision head size (80) is one vLLM's flash-attention path rejects; the SEED code runs the vision tower
@@ -120,6 +121,7 @@ class VLLMEngine:
         import torch.distributed
 
         self.vision = is_vision_model(model_dir)
+        self.suppress_ids: list[int] = []
         llm_kwargs = vision_engine_kwargs(model_dir, llm_kwargs)
         # under torchrun (external_launcher) vLLM joins the trainer's process group, which close() must then keep
         self._owns_distributed = not (torch.distributed.is_available() and torch.distributed.is_initialized())
@@ -140,6 +142,8 @@ class VLLMEngine:
                 **llm_kwargs,
             )
         self.weight_dtype = self.llm.llm_engine.model_config.dtype  # what a weight refresh must cast to
+        if self.vision:  # a VLM never writes an image/video placeholder (see HFEngine.suppress_ids)
+            self.suppress_ids = vision_pad_ids(self.llm.llm_engine.model_config.hf_config)
         # the same tokenizer object HFEngine uses, so render() and decoded text are identical across engines
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.stop_ids = stop_token_ids(self.tokenizer)
@@ -184,6 +188,7 @@ class VLLMEngine:
                 logprobs=0,  # only the sampled token's log-prob; raw (pre-temperature) in vLLM's default logprobs_mode
                 stop_token_ids=self.stop_ids,
                 detokenize=False,  # text is decoded below with the HF tokenizer, the same way as HFEngine
+                logit_bias={i: -100.0 for i in self.suppress_ids} or None,
             )
             for i in range(len(prompts))
         ]

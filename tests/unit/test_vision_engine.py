@@ -105,3 +105,14 @@ def test_text_only_engines_refuse_images(tmp_path):
 
 def test_the_3b_shape_has_qwen25_vl_3bs_size():
     assert 3.70e9 < parameter_count("qwen2.5-vl-3b-shape") < 3.80e9  # 3,754,622,976 (Qwen2.5-VL-3B-Instruct)
+
+
+def test_a_vlm_never_writes_an_image_placeholder(engine):
+    # a placeholder in a response would take an image's place when the turn is re-scored (the tiny-VL pipeline
+    # once stopped on "image features and image tokens do not match" this way)
+    ids = _prompt(engine)
+    out = engine.generate([ids] * 4, seeds=[0, 1, 2, 3], images=[[_room(i)] for i in range(4)], temperature=3.0,
+                          max_new_tokens=100)  # fmt: skip
+    banned = set(engine.suppress_ids)
+    assert banned == {engine.model.config.image_token_id, engine.model.config.video_token_id}
+    assert sum(len(c.token_ids) for c in out) > 100 and not banned & {t for c in out for t in c.token_ids}
