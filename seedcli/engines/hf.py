@@ -145,6 +145,13 @@ class HFEngine:
         }
         return ids, extra
 
+    def _token_types(self, input_ids, extra: dict | None) -> dict:
+        """`extra` plus `mm_token_type_ids` (1 at image tokens) when it carries images: Qwen2.5-VL places its 3-D
+        M-RoPE positions only when given them (transformers 5), else image tokens get plain 1-D positions."""
+        if not extra or "pixel_values" not in extra:
+            return extra or {}
+        return {**extra, "mm_token_type_ids": (input_ids == self.image_token_id).to(torch_int())}
+
     def _generate_batch(
         self,
         prompts: list[list[int]],
@@ -158,6 +165,7 @@ class HFEngine:
         from transformers import LogitsProcessorList
 
         input_ids, attention_mask = self._left_pad(prompts)
+        extra = self._token_types(input_ids, extra)
         processors = LogitsProcessorList()
         if temperature > 0:
             # each row draws from its own generator; generate() then takes the drawn token greedily
@@ -221,6 +229,7 @@ class HFEngine:
         if any(not p for p in prompts):
             raise ValueError("score needs a non-empty prompt for every completion")
         input_ids, attention_mask = self._left_pad([p + c for p, c in zip(prompts, completions, strict=True)])
+        extra = self._token_types(input_ids, extra)
         # left padding: completions end at the last position, so only the last max_len + 1 logits are needed
         keep = max(len(c) for c in completions) + 1
         # a VLM places its 3-D (M-RoPE) positions itself from the ids, the image grids and the mask
@@ -320,6 +329,12 @@ class RowSampler:
         out = torch.full_like(scores, float("-inf"))
         out.scatter_(-1, choice.unsqueeze(-1), 0.0)
         return out
+
+
+def torch_int():
+    import torch
+
+    return torch.int32
 
 
 def _resolve_device(device: str) -> str:

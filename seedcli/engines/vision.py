@@ -39,7 +39,7 @@ VL_CHAT_TEMPLATE = (
 )
 
 # Small pixel bounds: a 96×96 Sokoban room stays 96×96 → 84×84 after rounding to 28 → 6×6 patches of 14 → 9 tokens
-# after the 2×2 merge; EZPoints' 300×300 canvas is scaled down to at most 112×112 → 16 tokens.
+# after the 2×2 merge; EZPoints' 300×300 canvas is scaled down under the 112×112 bound (to 84×84: 9 tokens).
 TINY_MIN_PIXELS = 56 * 56
 TINY_MAX_PIXELS = 112 * 112
 

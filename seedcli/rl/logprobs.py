@@ -126,8 +126,10 @@ def sequence_logprobs(
     decoder, head = _unwrap(model)
     if vision:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        # image tokens marked 1: Qwen2.5-VL computes its 3-D M-RoPE positions only when given them (transformers 5)
+        types = (input_ids == base.config.image_token_id).to(torch.int32)
         hidden = base.model(
-            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **vision
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, mm_token_type_ids=types, **vision
         ).last_hidden_state  # [B, T, H]
     else:
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, T], as generation assigns them

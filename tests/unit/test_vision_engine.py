@@ -116,3 +116,30 @@ def test_a_vlm_never_writes_an_image_placeholder(engine):
     banned = set(engine.suppress_ids)
     assert banned == {engine.model.config.image_token_id, engine.model.config.video_token_id}
     assert sum(len(c.token_ids) for c in out) > 100 and not banned & {t for c in out for t in c.token_ids}
+
+
+def test_scoring_places_image_tokens_with_3d_positions(engine):
+    """Qwen2.5-VL's M-RoPE gives image tokens (time, height, width) positions; transformers 5 computes them only
+    when told which tokens are image tokens. The engine's scores equal a forward with the positions transformers'
+    `get_rope_index` gives, and differ from the plain 1-D positions a forward falls back to without them."""
+    ids = _prompt(engine)
+    done = engine.generate([ids], seeds=[5], images=[[_room(5)]], temperature=1.0, max_new_tokens=6)[0]
+    scored = torch.tensor(engine.score([ids], [done.token_ids], images=[[_room(5)]])[0])
+    pad = engine.model.config.image_token_id
+    batch = vision_inputs(engine.image_processor, [[_room(5)]])
+    prompt = expand_image_tokens(ids, pad, batch.tokens[0])
+    x = torch.tensor([prompt + done.token_ids])
+    vision = {"pixel_values": batch.pixel_values, "image_grid_thw": batch.image_grid_thw}
+
+    def logp(**kw):
+        with torch.no_grad():
+            logits = engine.model(input_ids=x, use_cache=False, **vision, **kw).logits[0].float()
+        rows = logits[len(prompt) - 1 : -1].log_softmax(-1)
+        return rows.gather(-1, torch.tensor(done.token_ids).unsqueeze(-1)).squeeze(-1)
+
+    positions, _ = engine.model.model.get_rope_index(
+        x, image_grid_thw=batch.image_grid_thw, attention_mask=torch.ones_like(x), mm_token_type_ids=(x == pad).int()
+    )
+    assert not torch.equal(positions[0, 0], torch.arange(x.shape[1]))  # the 9 image tokens do not take 9 steps
+    assert torch.allclose(scored, logp(position_ids=positions), atol=1e-4)
+    assert (scored - logp()).abs().max() > 1e-3  # without the image token types: 1-D positions, other log-probs
