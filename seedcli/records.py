@@ -138,6 +138,10 @@ class SkillRecord(BaseModel):
     model: str
     prompt_version: str
     prompt: str = Field(description="the analysis prompt that was sent")
+    images: list[str] = Field(
+        default_factory=list,
+        description="sha256 of each image a visual prompt showed, one per <image> placeholder (images/ of the collect run)",
+    )
     raw: str = Field(description="the analyzer's raw answer")
     episode_summary: str | None = None
     episode_skill: str | None = None

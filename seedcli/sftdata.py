@@ -10,6 +10,10 @@ Pure (no torch): the tokenizer is passed in. One example per kept trajectory:
 
 An example longer than `max_length` tokens is re-rendered from its trajectory with the oldest steps dropped (the
 prompt says how many) until it fits; one that does not fit even with every step dropped is left out. Both are counted.
+
+A visual record (an episode played from images, `SkillRecord.images`) renders each `<image>` placeholder as the
+chat template's image part, and its image-pad token is expanded to the image's tokens (`expand`, given by the stage:
+it knows the model's image processor); the example keeps the sha256 of its images, in order, for the collator.
 """
 
 from __future__ import annotations
@@ -22,9 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seedcli.analyzers import analysis_messages
+from seedcli.engines.base import content_parts
 from seedcli.envs import env_class
 from seedcli.errors import UserError
-from seedcli.prompts import ANALYSIS_PROMPT_VERSION, render_trajectory_analysis
+from seedcli.prompts import (
+    ANALYSIS_PROMPT_VERSIONS,
+    analysis_images,
+    analysis_version,
+    render_trajectory_analysis,
+)
 from seedcli.records import SkillRecord
 
 IGNORE_INDEX = -100  # label of a token outside the loss (PyTorch's cross-entropy ignore_index)
@@ -40,6 +50,7 @@ class Example:
     input_ids: list[int]
     prompt_len: int
     cut_steps: int = 0  # oldest trajectory steps dropped to fit max_length
+    images: list[str] = field(default_factory=list)  # sha256 of the prompt's images, in order (visual records)
 
     @property
     def completion_len(self) -> int:
@@ -51,16 +62,25 @@ class Example:
         return [IGNORE_INDEX] * self.prompt_len + self.input_ids[self.prompt_len :]
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "episode_id": self.episode_id,
             "prompt_len": self.prompt_len,
             "cut_steps": self.cut_steps,
             "input_ids": self.input_ids,
         }
+        if self.images:
+            out["images"] = self.images
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> Example:
-        return cls(data["episode_id"], list(data["input_ids"]), int(data["prompt_len"]), int(data.get("cut_steps", 0)))
+        return cls(
+            data["episode_id"],
+            list(data["input_ids"]),
+            int(data["prompt_len"]),
+            int(data.get("cut_steps", 0)),
+            list(data.get("images", [])),
+        )
 
 
 @dataclass
@@ -124,11 +144,13 @@ def render_chat(tokenizer: Any, messages: list[dict], add_generation_prompt: boo
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
-def completion_span(tokenizer: Any, prompt: str, completion: str) -> tuple[str, str]:
+def completion_span(tokenizer: Any, prompt: str, completion: str, visual: bool = False) -> tuple[str, str]:
     """(prompt text, completion text) as the chat template renders them: the prompt ends with the generation prompt;
     the completion is the assistant turn after it, through the end-of-turn token (eos). What the template writes after
     eos (Qwen: a newline) is never generated, so it is not trained."""
     messages = analysis_messages(prompt)
+    if visual:  # a visual prompt: the template writes an image part (vision tokens) for each placeholder
+        messages = [{"role": "user", "content": content_parts(prompt)}]
     prompt_text = render_chat(tokenizer, messages, True)
     full_text = render_chat(tokenizer, messages + [{"role": "assistant", "content": completion}], False)
     if not full_text.startswith(prompt_text):
@@ -143,13 +165,24 @@ def completion_span(tokenizer: Any, prompt: str, completion: str) -> tuple[str, 
     return prompt_text, tail
 
 
-def encode(tokenizer: Any, prompt: str, completion: str) -> tuple[list[int], int]:
+# (prompt ids, the sha256 of its images) -> the ids with each image-pad token expanded to that image's tokens
+Expand = Callable[[list[int], list[str]], list[int]]
+
+
+def encode(
+    tokenizer: Any, prompt: str, completion: str, images: list[str] | None = None, expand: Expand | None = None
+) -> tuple[list[int], int]:
     """(input ids, prompt length). Prompt and completion are tokenized apart, so the prompt ids are exactly those the
-    model is given at inference (special tokens come from the template, none are added)."""
-    prompt_text, tail = completion_span(tokenizer, prompt, completion)
-    prompt_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    model is given at inference (special tokens come from the template, none are added). A visual prompt's image
+    pads are expanded by `expand` for `images`."""
+    prompt_text, tail = completion_span(tokenizer, prompt, completion, visual=bool(images))
+    prompt_ids = list(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
+    if images:
+        if expand is None:
+            raise ValueError("a visual prompt needs `expand` (the model's image processor) to be encoded")
+        prompt_ids = expand(prompt_ids, images)
     completion_ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
-    return list(prompt_ids) + list(completion_ids), len(prompt_ids)
+    return prompt_ids + list(completion_ids), len(prompt_ids)
 
 
 def cut_steps_of(prompt: str) -> int:
@@ -163,18 +196,20 @@ def fit_example(
     tokenizer: Any,
     max_length: int,
     trajectory_for: Callable[[str], Any | None],
+    expand: Expand | None = None,
 ) -> Example | None:
     """The example for one record, shortened from the left of its trajectory when longer than `max_length` tokens;
     None when it does not fit even with every step dropped."""
     completion = completion_text(record)
-    ids, prompt_len = encode(tokenizer, record.prompt, completion)
+    ids, prompt_len = encode(tokenizer, record.prompt, completion, record.images, expand)
     if len(ids) <= max_length:
-        return Example(record.episode_id, ids, prompt_len, cut_steps_of(record.prompt))
-    if record.prompt_version != ANALYSIS_PROMPT_VERSION:
+        return Example(record.episode_id, ids, prompt_len, cut_steps_of(record.prompt), list(record.images))
+    if record.prompt_version not in ANALYSIS_PROMPT_VERSIONS:
         raise UserError(
             f"skill record {record.episode_id}: its prompt ({len(ids)} tokens) is longer than --max-length {max_length} "
-            f"and was written with prompt version {record.prompt_version}, not {ANALYSIS_PROMPT_VERSION}, so it cannot be "
-            "re-rendered shorter; raise --max-length or re-annotate with this seedcli"
+            f"and was written with prompt version {record.prompt_version}, not one of "
+            f"{', '.join(ANALYSIS_PROMPT_VERSIONS)}, so it cannot be re-rendered shorter; raise --max-length or "
+            "re-annotate with this seedcli"
         )
     traj = trajectory_for(record.episode_id)
     if traj is None:
@@ -183,17 +218,23 @@ def fit_example(
             "and its trajectory is not in the collect run the annotate run read, so it cannot be shortened; "
             "raise --max-length or restore that collect run"
         )
+    if analysis_version(traj) != record.prompt_version:
+        raise UserError(
+            f"skill record {record.episode_id}: written with prompt version {record.prompt_version} but its trajectory "
+            f"renders as {analysis_version(traj)}; re-annotate the collect run with this seedcli"
+        )
     description = env_class(traj.env).analysis_description
     prompt = render_trajectory_analysis(traj, description=description)
     while True:
-        # each pass drops exactly the next oldest step (the text shrinks with every step dropped)
+        # each pass drops exactly the next oldest step (the text shrinks with every step dropped), and its image
         shorter = render_trajectory_analysis(traj, max_chars=len(prompt) - 1, description=description)
         if len(shorter) >= len(prompt):
             return None
         prompt = shorter
-        ids, prompt_len = encode(tokenizer, prompt, completion)
+        images = analysis_images(traj, prompt)
+        ids, prompt_len = encode(tokenizer, prompt, completion, images, expand)
         if len(ids) <= max_length:
-            return Example(record.episode_id, ids, prompt_len, cut_steps_of(prompt))
+            return Example(record.episode_id, ids, prompt_len, cut_steps_of(prompt), images)
 
 
 def build_examples(
@@ -201,12 +242,13 @@ def build_examples(
     tokenizer: Any,
     max_length: int,
     trajectory_for: Callable[[str], Any | None],
+    expand: Expand | None = None,
 ) -> tuple[list[Example], DataStats]:
     """Examples for kept records (in their order), with the counts the manifest reports."""
     stats = DataStats(records=len(records))
     examples: list[Example] = []
     for record in records:
-        ex = fit_example(record, tokenizer, max_length, trajectory_for)
+        ex = fit_example(record, tokenizer, max_length, trajectory_for, expand)
         if ex is None:
             stats.dropped_too_long += 1
             stats.dropped_ids.append(record.episode_id)

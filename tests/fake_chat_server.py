@@ -2,7 +2,8 @@
 
     server = FakeChatServer(faults={"tag-ep01": ["429:1", "ok"], "tag-ep02": ["500"]}, api_key="sk-test").start()
     ... base_url = server.url  (http://127.0.0.1:PORT/v1) ...
-    server.prompt_counts[sha256(first user message)], server.request_counts[sha256(all messages)], server.log
+    server.prompt_counts[sha256(first user message's text)], server.request_counts[sha256(all messages)], server.log
+    (each entry lists the sha256 of the images the first user message carried as OpenAI `image_url` data URLs)
     server.stop()
 
 A fault script is keyed by a marker substring of the first user message; its items are used one per request for that
@@ -14,6 +15,8 @@ prompt, in arrival order, then "ok". Items:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
@@ -25,6 +28,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def split_content(content) -> tuple[str, list[bytes]]:
+    """A message's text and images: a plain string, or OpenAI content parts (text parts joined; each `image_url`
+    part decoded from its base64 data URL)."""
+    if isinstance(content, str):
+        return content, []
+    text, images = [], []
+    for part in content or []:
+        if part.get("type") == "text":
+            text.append(part.get("text", ""))
+        elif part.get("type") == "image_url":
+            head, _, payload = part["image_url"]["url"].partition(",")
+            if not head.startswith("data:image/") or not head.endswith(";base64"):
+                raise ValueError("image_url is not a base64 data URL")
+            images.append(base64.b64decode(payload, validate=True))
+    return "".join(text), images
 
 
 def messages_hash(messages: list[dict]) -> str:
@@ -107,7 +127,14 @@ class FakeChatServer:
         if h.path.rstrip("/") != "/v1/chat/completions":
             return self._send(h, 404, {"error": {"message": f"no route {h.path}"}})
         messages = body.get("messages") or []
-        prompt = next((m["content"] for m in messages if m.get("role") == "user"), "")
+        try:  # as OpenAI's API, an image that is not a PNG/JPEG data URL is a 400
+            split = [split_content(m.get("content")) for m in messages]
+        except (ValueError, KeyError, binascii.Error) as exc:
+            return self._send(h, 400, {"error": {"message": f"invalid image_url: {exc}"}})
+        if any(not img.startswith((b"\x89PNG", b"\xff\xd8")) for _, imgs in split for img in imgs):
+            return self._send(h, 400, {"error": {"message": "invalid image: not a PNG or JPEG"}})
+        first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
+        prompt, images = split[first_user] if first_user is not None else ("", [])
         p_hash, r_hash = sha256(prompt), messages_hash(messages)
         auth = h.headers.get("Authorization")
         with self.lock:
@@ -124,6 +151,7 @@ class FakeChatServer:
                     "marker": marker,
                     "fault": fault,
                     "turns": len(messages),
+                    "images": [hashlib.sha256(img).hexdigest() for img in images],
                     "auth": auth is not None,
                     "model": body.get("model"),
                 }
@@ -159,7 +187,7 @@ class FakeChatServer:
             content = json.dumps({"episode_summary": "<two sentences on what happened>", "episode_skill": "<the rule>"})
         else:
             content = json.dumps(answer)
-        prompt_tokens = sum(len(m.get("content", "").split()) for m in messages)
+        prompt_tokens = sum(len(text.split()) for text, _ in split) + 64 * sum(len(imgs) for _, imgs in split)
         reply = {
             "id": "chatcmpl-fake",
             "object": "chat.completion",

@@ -13,6 +13,7 @@ does not depend on where the text came from.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from seedcli.prompts import SCHEMA_REMINDER
+from seedcli.prompts import IMAGE_PLACEHOLDER, SCHEMA_REMINDER
 
 
 @dataclass
@@ -59,11 +60,22 @@ PREVIOUS_ANSWER_CHARS = 600
 
 
 def analysis_messages(
-    prompt: str, previous_answer: str | None = None, max_previous_chars: int | None = None
+    prompt: str,
+    previous_answer: str | None = None,
+    max_previous_chars: int | None = None,
+    images: Sequence[bytes] = (),
 ) -> list[dict]:
     """The chat for one attempt: the analysis prompt, and on the retry the failed answer (cut to
-    `max_previous_chars` when given) plus the schema reminder."""
-    messages = [{"role": "user", "content": prompt}]
+    `max_previous_chars` when given) plus the schema reminder.
+
+    `images` (PNG bytes, one per `<image>` placeholder of a visual prompt, in order) make the prompt an
+    OpenAI-style multi-part message: text parts with an `image_url` part (a base64 data URL) where each placeholder
+    stood, as the SEED code sends its visual analysis; the HTTP analyzers send it as it is and the policy analyzer
+    turns the parts back into its engine's images."""
+    content: str | list[dict] = prompt
+    if images:
+        content = image_parts(prompt, images)
+    messages = [{"role": "user", "content": content}]
     if previous_answer is not None:
         if max_previous_chars is not None and len(previous_answer) > max_previous_chars:
             previous_answer = previous_answer[:max_previous_chars] + " …"
@@ -74,22 +86,55 @@ def analysis_messages(
     return messages
 
 
+def image_parts(text: str, images: Sequence[bytes]) -> list[dict]:
+    """`text` as OpenAI content parts, the i-th `<image>` placeholder replaced by `images[i]` as a PNG data URL."""
+    pieces = text.split(IMAGE_PLACEHOLDER)
+    if len(pieces) - 1 != len(images):
+        raise ValueError(f"the analysis prompt has {len(pieces) - 1} image placeholder(s) but {len(images)} image(s)")
+    parts: list[dict] = []
+    for i, piece in enumerate(pieces):
+        if i:
+            url = "data:image/png;base64," + base64.b64encode(images[i - 1]).decode("ascii")
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        if piece:
+            parts.append({"type": "text", "text": piece})
+    return parts
+
+
+def png_of_part(part: dict) -> bytes | None:
+    """The PNG bytes of an `image_url` content part holding a base64 data URL (None for any other part)."""
+    if part.get("type") != "image_url":
+        return None
+    url = str((part.get("image_url") or {}).get("url", ""))
+    head, _, payload = url.partition(",")
+    if not head.startswith("data:image/") or not head.endswith(";base64"):
+        raise ValueError("an image part must hold a base64 data URL (data:image/...;base64,...)")
+    return base64.b64decode(payload)
+
+
 def request_key(
-    analyzer: str, model: str, prompt_version: str, prompt: str, temperature: float, max_tokens: int
+    analyzer: str,
+    model: str,
+    prompt_version: str,
+    prompt: str,
+    temperature: float,
+    max_tokens: int,
+    images: Sequence[str] = (),
 ) -> str:
-    """Cache key of one analysis: sha256 of (analyzer, model, prompt version, prompt text, sampling). The prompt text
-    is a function of the trajectory, so equal keys mean the same question asked of the same model."""
-    blob = orjson.dumps(
-        {
-            "analyzer": analyzer,
-            "model": model,
-            "prompt_version": prompt_version,
-            "prompt": prompt,
-            "temperature": temperature,
-            "max_tokens": max_tokens,
-        },
-        option=orjson.OPT_SORT_KEYS,
-    )
+    """Cache key of one analysis: sha256 of (analyzer, model, prompt version, prompt text, sampling, and the sha256 of
+    each image a visual prompt shows). The prompt is a function of the trajectory, so equal keys mean the same
+    question asked of the same model."""
+    fields = {
+        "analyzer": analyzer,
+        "model": model,
+        "prompt_version": prompt_version,
+        "prompt": prompt,
+        "temperature": temperature,
+        "max_tokens": max_tokens,
+    }
+    if images:  # text prompts keep the keys they always had
+        fields["images"] = list(images)
+    blob = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(blob).hexdigest()
 
 

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from seedcli.analyzers import AnalyzerResponse, analysis_messages
+from seedcli.analyzers import AnalyzerResponse, analysis_messages, png_of_part
 from seedcli.analyzers.parse import ParsedSkill, parse_skill
 from seedcli.envs import env_class
 from seedcli.errors import UserError
-from seedcli.prompts import render_trajectory_analysis
+from seedcli.prompts import analysis_images, render_trajectory_analysis
 
 
 def model_fingerprint(model_dir: Path) -> str:
@@ -90,10 +90,24 @@ class PolicyAnalyzer:
         """All conversations through one generate call (greedy at temperature 0)."""
         if not conversations:
             return []
-        prompts = [list(self.engine.render(m)) for m in conversations]
+        local = [engine_messages(m) for m in conversations]
+        prompts = [list(self.engine.render(m)) for m, _ in local]
+        extra = {}
+        if any(images for _, images in local):  # a visual analysis: the engine sees each step's image
+            if not getattr(self.engine, "vision", False):
+                raise UserError(
+                    "the episodes were played from images but the analyzer's model has no vision tower; analyse them "
+                    "with a vision-language model (e.g. one from `seed model init --preset tiny-vl`)"
+                )
+            extra["images"] = [images for _, images in local]
         t0 = time.monotonic()
         completions = self.engine.generate(
-            prompts, temperature=self.temperature, top_p=1.0, max_new_tokens=self.max_new_tokens, seed=self.seed
+            prompts,
+            temperature=self.temperature,
+            top_p=1.0,
+            max_new_tokens=self.max_new_tokens,
+            seed=self.seed,
+            **extra,
         )
         per_item = (time.monotonic() - t0) / len(prompts)  # one batch: its latency is shared by its items
         return [
@@ -115,6 +129,29 @@ class PolicyAnalyzer:
             self.engine.close()
 
 
+def engine_messages(messages: list[dict]) -> tuple[list[dict], list]:
+    """OpenAI-style messages as the local engine takes them: each `image_url` part becomes a chat-template image
+    part, and its PNG the engine's image (uint8 H×W×3), in order. Text-only messages pass through unchanged."""
+    from seedcli.images import decode_png
+
+    out: list[dict] = []
+    images: list = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                png = png_of_part(part)
+                if png is None:
+                    parts.append(part)
+                else:
+                    parts.append({"type": "image"})
+                    images.append(decode_png(png))
+            message = {**message, "content": parts}
+        out.append(message)
+    return out, images
+
+
 def analyze_with_engine(
     engine: Any,
     items: Sequence[Any],
@@ -123,21 +160,32 @@ def analyze_with_engine(
     temperature: float = 0.0,
     seed: int = 0,
     max_prompt_chars: int | None = None,
+    images: Any = None,
 ) -> list[ParsedSkill]:
     """Skills for trajectories (or already-rendered analysis prompts): one generate call for all, then one more for
-    those whose answer did not parse, with the schema reminder. `ParsedSkill.kept` says whether each skill is usable."""
+    those whose answer did not parse, with the schema reminder. `ParsedSkill.kept` says whether each skill is usable.
+    An episode played from images is analysed with the visual prompt and its steps' images, read from `images` (the
+    run's ImageStore)."""
     prompts = [
         item
         if isinstance(item, str)
         else render_trajectory_analysis(item, max_prompt_chars, description=env_class(item.env).analysis_description)
         for item in items
     ]
+    pngs: list[list[bytes]] = []
+    for item, prompt in zip(items, prompts, strict=True):
+        shas = [] if isinstance(item, str) else analysis_images(item, prompt)
+        if shas and images is None:
+            raise ValueError("a visual episode's analysis needs the run's images (pass images=ImageStore)")
+        pngs.append([images.load(sha) for sha in shas])
     analyzer = PolicyAnalyzer(engine, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    first = analyzer.analyze_batch([analysis_messages(p) for p in prompts])
+    first = analyzer.analyze_batch([analysis_messages(p, images=im) for p, im in zip(prompts, pngs, strict=True)])
     parsed = [parse_skill(r.text) for r in first]
     again = [i for i, p in enumerate(parsed) if not p.kept]
     if again:
-        second = analyzer.analyze_batch([analysis_messages(prompts[i], first[i].text) for i in again])
+        second = analyzer.analyze_batch(
+            [analysis_messages(prompts[i], first[i].text, images=pngs[i]) for i in again]
+        )
         for i, r in zip(again, second, strict=True):
             parsed[i] = parse_skill(r.text)
             parsed[i].attempts = 2

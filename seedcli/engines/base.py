@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from seedcli.prompts import IMAGE_PLACEHOLDER
+
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 ENGINE_KINDS = ("hf", "vllm")
 
@@ -167,7 +169,6 @@ def stop_token_ids(tokenizer: Any) -> list[int]:
     return ids
 
 
-IMAGE_PLACEHOLDER = "<image>"  # where an image goes in a user message's text (the images travel alongside, in order)
 VISION_MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
 
 

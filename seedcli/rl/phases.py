@@ -204,6 +204,7 @@ def analyse(ctx: RLContext, episodes: Sequence, step: int) -> tuple[list[str | N
             temperature=0.0,
             seed=update_seed(cfg.seed, step, "analyze", ctx.info.rank),
             max_prompt_chars=cfg.analysis_max_chars,
+            images=ctx.images,  # an episode played from images is analysed from its images
         )
         skills = [p.skill if p.kept else None for p in parsed]
         reasons = [None if p.kept else p.reason for p in parsed]

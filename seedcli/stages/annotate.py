@@ -50,8 +50,9 @@ from seedcli.artifacts import MANIFEST, Manifest, open_run, read_manifest, resol
 from seedcli.config import AnnotateConfig
 from seedcli.envs import env_class
 from seedcli.errors import StageFailed, UserError
+from seedcli.images import run_images
 from seedcli.progress import StageProgress
-from seedcli.prompts import ANALYSIS_PROMPT_VERSION, render_trajectory_analysis
+from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_images, analysis_version, render_trajectory_analysis
 from seedcli.records import JsonlWriter, SkillRecord, Trajectory, iter_jsonl, repair_tail, write_jsonl
 
 REQUEST_FAILED = "request_failed"
@@ -64,6 +65,8 @@ class Job:
 
     key: str
     prompt: str
+    version: str  # the analysis prompt's version (text, or visual for an episode played from images)
+    images: list[str] = field(default_factory=list)  # sha256 of the images the prompt shows, in order
     trajectories: list[Trajectory] = field(default_factory=list)
 
 
@@ -106,13 +109,13 @@ def _tolerant_lines(path: Path):
                 yield entry
 
 
-def _entry(key: str, attempt: int, analyzer: str, model: str, resp: AnalyzerResponse) -> dict:
+def _entry(job: Job, attempt: int, analyzer: str, model: str, resp: AnalyzerResponse) -> dict:
     return {
-        "key": key,
+        "key": job.key,
         "attempt": attempt,
         "analyzer": analyzer,
         "model": model,
-        "prompt_version": ANALYSIS_PROMPT_VERSION,
+        "prompt_version": job.version,
         "text": resp.text,
         "prompt_tokens": resp.prompt_tokens,
         "completion_tokens": resp.completion_tokens,
@@ -232,8 +235,9 @@ def _record(
         won=traj.won,
         analyzer=cfg.analyzer,
         model=model,
-        prompt_version=ANALYSIS_PROMPT_VERSION,
+        prompt_version=job.version,
         prompt=job.prompt,
+        images=list(job.images),
         raw=entries[-1]["text"] if entries else "",
         episode_summary=parsed.summary if parsed else None,
         episode_skill=parsed.skill if parsed else None,
@@ -271,6 +275,7 @@ class _Annotator:
         self.cache = cache
         self.analyzer = analyzer  # None until needed (the policy analyzer loads a model)
         self.stop = stop
+        self.images = run_images(cfg.from_run)  # the collect run's observation images (visual environments)
         self.records: dict[str, SkillRecord] = {}
         self.lock = threading.Lock()
         self.requests = 0
@@ -284,7 +289,7 @@ class _Annotator:
             return self.analyzer
 
     def _store(self, job: Job, attempt: int, resp: AnalyzerResponse) -> dict:
-        entry = _entry(job.key, attempt, self.cfg.analyzer, self.key_model, resp)
+        entry = _entry(job, attempt, self.cfg.analyzer, self.key_model, resp)
         self.cache.put(entry)
         with self.lock:
             self.requests += 1
@@ -292,11 +297,13 @@ class _Annotator:
         return entry
 
     def _messages(self, job: Job, attempt: int) -> list[dict]:
+        # a visual prompt carries its images (read back from the collect run, their sha256 checked)
+        images = [self.images.load(sha) for sha in job.images] if job.images else ()
         if attempt == 0:
-            return analysis_messages(job.prompt)
+            return analysis_messages(job.prompt, images=images)
         # over HTTP the retry must fit the server's context: resend only the start of a long failed answer
         limit = PREVIOUS_ANSWER_CHARS if self.cfg.analyzer in HTTP_ANALYZERS else None
-        return analysis_messages(job.prompt, self.cache.get(job.key, 0)["text"], limit)
+        return analysis_messages(job.prompt, self.cache.get(job.key, 0)["text"], limit, images=images)
 
     def run_one(self, job: Job) -> None:
         """Threaded analyzers: first attempt, then the schema-reminder retry when the answer is rejected."""
@@ -372,12 +379,7 @@ def run(cfg: AnnotateConfig) -> Manifest:
     # HTTP and rules analyzers are cheap to build: a missing API key fails here, before a run directory exists
     analyzer = make_analyzer(cfg, stop) if cfg.analyzer != "policy" else None
 
-    jobs: dict[str, Job] = {}
-    for traj in trajectories:
-        # described for the trajectory's own environment
-        prompt = render_trajectory_analysis(traj, description=env_class(traj.env).analysis_description)
-        key = request_key(cfg.analyzer, key_model, ANALYSIS_PROMPT_VERSION, prompt, cfg.temperature, cfg.max_tokens)
-        jobs.setdefault(key, Job(key, prompt)).trajectories.append(traj)
+    jobs = _jobs(cfg, key_model, trajectories)
 
     with open_run("annotate", cfg) as run:
         run.add_input("collect", collect_dir, collect_manifest)
@@ -443,6 +445,22 @@ def run(cfg: AnnotateConfig) -> Manifest:
         return run.complete(
             {"skills.jsonl": n_kept, "rejected.jsonl": n_rej, "responses.jsonl": len(cache.entries)}, metrics
         )
+
+
+def _jobs(cfg: AnnotateConfig, key_model: str, trajectories: list[Trajectory]) -> dict[str, Job]:
+    """One job per distinct question: the trajectory's analysis prompt (described for its own environment; the
+    visual prompt, with its images, for an episode played from images)."""
+    jobs: dict[str, Job] = {}
+    for traj in trajectories:
+        try:
+            version = analysis_version(traj)
+        except ValueError as exc:
+            raise UserError(f"{cfg.from_run}: {exc}; re-collect the run") from None
+        prompt = render_trajectory_analysis(traj, description=env_class(traj.env).analysis_description)
+        images = analysis_images(traj, prompt)
+        key = request_key(cfg.analyzer, key_model, version, prompt, cfg.temperature, cfg.max_tokens, images)
+        jobs.setdefault(key, Job(key, prompt, version, images)).trajectories.append(traj)
+    return jobs
 
 
 def _refuse_if_failed(cfg: AnnotateConfig, run: Any, worker: _Annotator, metrics: dict, total: int) -> None:
@@ -537,7 +555,7 @@ def _metrics(
         "cost/usd_estimate": round(cost, 4),
         "analyzer": cfg.analyzer,
         "model": model,
-        "prompt_version": ANALYSIS_PROMPT_VERSION,
+        "prompt_version": ",".join(sorted({r.prompt_version for r in records})) or ANALYSIS_PROMPT_VERSION,
     }
     if cfg.analyzer in HTTP_ANALYZERS:
         metrics["base_url"] = cfg.base_url

@@ -43,7 +43,7 @@ from seedcli.artifacts import Manifest, atomic_write_text, open_run, read_manife
 from seedcli.config import SFTConfig
 from seedcli.errors import UserError
 from seedcli.records import JsonlWriter, SkillRecord, Trajectory, iter_jsonl, read_jsonl, write_jsonl
-from seedcli.sftdata import DataStats, Example, build_examples, kept_records, split_by_episode
+from seedcli.sftdata import DataStats, Example, Expand, build_examples, kept_records, split_by_episode
 
 LAUNCH_FILE = "launch.json"  # what the torchrun workers need: the config, the base model and the device
 
@@ -148,6 +148,37 @@ def _effective_max_length(cfg: SFTConfig, base: Path) -> int:
     return cfg.max_length
 
 
+def _image_expander(base: Path, collect_dir: Path | None) -> Expand:
+    """For visual skill records: expands a prompt's image-pad tokens to its images' token counts under the base
+    model's image processor (the images are read from the collect run, their sha256 checked)."""
+    from seedcli.engines.base import is_vision_model
+    from seedcli.engines.vision import expand_image_tokens, load_image_processor, vision_inputs
+    from seedcli.images import run_images
+
+    if not is_vision_model(base):
+        raise UserError(
+            f"--model {base}: the skills were written from images (a visual environment) but this model has no vision "
+            "tower; fine-tune a vision-language model (e.g. `seed model init --preset tiny-vl`)"
+        )
+    if collect_dir is None:
+        raise UserError(
+            "the skills were written from images, which live in the collect run the annotate run read, and that run "
+            "is not on disk; restore it (its images/ folder) and rerun"
+        )
+    processor = load_image_processor(base)
+    image_token_id = int(json.loads((base / "config.json").read_text())["image_token_id"])
+    store = run_images(collect_dir)
+    counts: dict[str, int] = {}
+
+    def expand(ids: list[int], shas: list[str]) -> list[int]:
+        for sha in shas:
+            if sha not in counts:
+                counts[sha] = vision_inputs(processor, [[store.pixels(sha)]]).tokens[0][0]
+        return expand_image_tokens(ids, image_token_id, [counts[sha] for sha in shas])
+
+    return expand
+
+
 def _build_data(
     cfg: SFTConfig,
     tokenizer: Any,
@@ -155,13 +186,15 @@ def _build_data(
     collect_dir: Path | None,
     max_length: int,
     limit: int | None = None,
+    base: Path | None = None,
 ) -> tuple[list[Example], list[Example], DataStats]:
     """(train, validation) examples; with `limit`, only the first `limit` training records are encoded."""
     _, val_ids = split_by_episode([r.episode_id for r in records], cfg.val_fraction)
     if limit is not None:
         held_out = set(val_ids)
         records = [r for r in records if r.episode_id not in held_out][:limit]
-    examples, stats = build_examples(records, tokenizer, max_length, _trajectory_lookup(collect_dir))
+    expand = _image_expander(base, collect_dir) if base is not None and any(r.images for r in records) else None
+    examples, stats = build_examples(records, tokenizer, max_length, _trajectory_lookup(collect_dir), expand)
     if not examples:
         raise UserError(
             f"all {stats.records} examples are longer than --max-length {max_length} tokens even with every trajectory "
@@ -297,7 +330,52 @@ def _callbacks(run_dir: Path) -> list[Any]:
 def _dataset(examples: list[Example]) -> Any:
     from datasets import Dataset
 
-    return Dataset.from_dict({"input_ids": [e.input_ids for e in examples], "labels": [e.labels for e in examples]})
+    columns = {"input_ids": [e.input_ids for e in examples], "labels": [e.labels for e in examples]}
+    if any(e.images for e in examples):  # not named "images": TRL would take it for its own vision data format
+        columns["image_shas"] = [e.images for e in examples]
+    return Dataset.from_dict(columns)
+
+
+class VisionCollator:
+    """Batches of visual examples for a vision-language policy: ids and labels padded on the right, and each
+    example's images (data/images/, by sha256) through the model's image processor — pixel_values, image_grid_thw,
+    and mm_token_type_ids for Qwen2.5-VL's 3-D positions — the same inputs the engines score with."""
+
+    def __init__(self, base: Path, image_dir: Path, pad_id: int):
+        from seedcli.engines.vision import load_image_processor
+        from seedcli.images import ImageStore
+
+        self.processor = load_image_processor(base)
+        self.image_token_id = int(json.loads((base / "config.json").read_text())["image_token_id"])
+        self.store = ImageStore(image_dir)
+        self.pad_id = pad_id
+
+    def __call__(self, features: list[dict]) -> dict:
+        import torch
+
+        from seedcli.engines.vision import vision_inputs
+        from seedcli.sftdata import IGNORE_INDEX
+
+        width = max(len(f["input_ids"]) for f in features)
+        ids = torch.full((len(features), width), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(features), width), IGNORE_INDEX, dtype=torch.long)
+        mask = torch.zeros((len(features), width), dtype=torch.long)
+        for i, f in enumerate(features):
+            n = len(f["input_ids"])
+            ids[i, :n] = torch.tensor(f["input_ids"])
+            labels[i, :n] = torch.tensor(f["labels"])
+            mask[i, :n] = 1
+        batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        vision = vision_inputs(self.processor, [[self.store.pixels(s) for s in f["image_shas"]] for f in features])
+        if vision.pixel_values is not None:
+            expected = [sum(t) for t in vision.tokens]
+            found = (ids == self.image_token_id).sum(dim=1).tolist()
+            if found != expected:  # the data was built under another image processor
+                raise UserError(f"image tokens in the data ({found}) differ from the images' ({expected}); rebuild")
+            batch["pixel_values"] = vision.pixel_values
+            batch["image_grid_thw"] = vision.image_grid_thw
+            batch["mm_token_type_ids"] = (ids == self.image_token_id).to(torch.int32)
+        return batch
 
 
 def _trim_metrics(path: Path, last_step: int) -> None:
@@ -328,6 +406,7 @@ def train(run_dir: Path, cfg: SFTConfig, base: Path, device: str) -> None:
     tokenizer = _load_tokenizer(base)
     train_examples = [Example.from_json(r) for r in read_jsonl(run_dir / "data" / "train.jsonl")]
     val_examples = [Example.from_json(r) for r in read_jsonl(run_dir / "data" / "val.jsonl")]
+    visual = any(e.images for e in train_examples + val_examples)
     ckpt_dir = run_dir / "checkpoints"
     last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
     # rows logged after the checkpoint are logged again (no checkpoint yet: the run starts over, step-0 eval included)
@@ -377,7 +456,11 @@ def train(run_dir: Path, cfg: SFTConfig, base: Path, device: str) -> None:
         disable_tqdm=not _tty(),
         dataloader_num_workers=0,
         ddp_find_unused_parameters=False,
+        remove_unused_columns=not visual,  # the collator reads each example's image_shas
     )
+    extra: dict[str, Any] = {}
+    if visual:
+        extra["data_collator"] = VisionCollator(base, run_dir / "data" / "images", _pad_id(tokenizer))
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -386,6 +469,7 @@ def train(run_dir: Path, cfg: SFTConfig, base: Path, device: str) -> None:
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=_callbacks(run_dir),
+        **extra,
     )
     _quiet_console_logs(trainer)
     trainer.train(resume_from_checkpoint=last)
@@ -397,6 +481,11 @@ def train(run_dir: Path, cfg: SFTConfig, base: Path, device: str) -> None:
         _export(trainer, tokenizer, base, run_dir, cfg.lora)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
+
+
+def _pad_id(tokenizer: Any) -> int:
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else tokenizer.eos_token_id)
 
 
 def _quiet_console_logs(trainer: Any) -> None:
@@ -504,7 +593,9 @@ def run(cfg: SFTConfig) -> Manifest:
     records = _read_skills(annotate_dir)
 
     if cfg.show_samples:
-        train_examples, _, _ = _build_data(cfg, tokenizer, records, collect_dir, max_length, limit=cfg.show_samples)
+        train_examples, _, _ = _build_data(
+            cfg, tokenizer, records, collect_dir, max_length, limit=cfg.show_samples, base=base
+        )
         show_samples(tokenizer, train_examples, cfg.show_samples)
         raise SystemExit(0)
 
@@ -522,8 +613,11 @@ def run(cfg: SFTConfig) -> Manifest:
             n_train = sum(1 for _ in iter_jsonl(data_dir / "train.jsonl"))
             n_val = sum(1 for _ in iter_jsonl(data_dir / "val.jsonl"))
         else:
-            train_examples, val_examples, stats = _build_data(cfg, tokenizer, records, collect_dir, max_length)
+            train_examples, val_examples, stats = _build_data(
+                cfg, tokenizer, records, collect_dir, max_length, base=base
+            )
             data_dir.mkdir(exist_ok=True)
+            _copy_images(collect_dir, data_dir, train_examples + val_examples)
             write_jsonl(data_dir / "train.jsonl", (e.to_json() for e in train_examples))
             write_jsonl(data_dir / "val.jsonl", (e.to_json() for e in val_examples))
             stats_metrics = {**stats.as_metrics(), "data/dropped_ids": stats.dropped_ids[:50]}
@@ -578,7 +672,20 @@ def run(cfg: SFTConfig) -> Manifest:
         }
         if cfg.lora:
             outputs["adapter"] = None
+        if (data_dir / "images").is_dir():  # a visual policy's training images, hashed like the rest
+            outputs["data/images"] = None
         return run.complete(outputs, metrics)
+
+
+def _copy_images(collect_dir: Path | None, data_dir: Path, examples: list[Example]) -> None:
+    """The images the examples show, copied once into data/images/ (the run trains without its inputs at hand)."""
+    from seedcli.images import ImageStore, run_images
+
+    shas = sorted({sha for e in examples for sha in e.images})
+    if shas and collect_dir is not None:
+        source, target = run_images(collect_dir), ImageStore(data_dir / "images")
+        for sha in shas:
+            target.put(source.load(sha))
 
 
 def _last_checkpoint_step(run_dir: Path) -> int | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.fake_chat_server import FakeChatServer
 from tests.helpers_cli import seed_cli, summary
 
 torch.set_num_threads(2)
@@ -91,16 +92,45 @@ def test_tiny_vl_pipeline_on_cpu(tmp_path, tiny_vl, env):
     manifest = json.loads((collect_dir / "manifest.json").read_text())
     pngs = sorted(p.name for p in (collect_dir / "images").glob("*.png"))
     assert pngs and all(f"images/{name}" in {o["path"] for o in manifest["outputs"]} for name in pngs)
+    trajectories = [json.loads(line) for line in (collect_dir / "trajectories.jsonl").read_text().splitlines()]
+    step_images = {t["episode_id"]: [turn["image"] for turn in t["turns"]] for t in trajectories}
+
+    # an OpenAI-compatible analyzer gets one multi-image prompt per episode: every step's image, in order
+    with FakeChatServer() as server:
+        seed_cli("annotate", "--analyzer", "openai", "--base-url", server.url, "--model", "vl-analyst",
+                 "--runs-dir", str(runs))  # fmt: skip
+        sent = [entry["images"] for entry in server.log]
+    assert {tuple(v) for v in sent} == {tuple(v) for v in step_images.values()}
+    assert len(sent) <= len(step_images)  # episodes with the same prompt and images share one request
+    skills = [json.loads(line) for line in (runs / "annotate" / "latest" / "skills.jsonl").read_text().splitlines()]
+    assert skills and all(r["prompt_version"] == "analysis-visual-v1" for r in skills)
+    assert all(r["images"] == step_images[r["episode_id"]] for r in skills)
 
     seed_cli("annotate", "--analyzer", "rules", "--runs-dir", str(runs))
     sft = summary(seed_cli("sft", "--runs-dir", str(runs), "--epochs", "1", "--max-length", "2048", "--json"))
-    sft_model = runs / "sft" / sft["run_id"] / "model"
-    assert (sft_model / "preprocessor_config.json").is_file()  # the fine-tuned VLM keeps its image processor
+    sft_dir = runs / "sft" / sft["run_id"]
+    assert (sft_dir / "model" / "preprocessor_config.json").is_file()  # the fine-tuned VLM keeps its image processor
+    # sft trained on the image analysis prompts: each example's image pads expanded, its images kept with the data
+    image_id = json.loads((tiny_vl / "config.json").read_text())["image_token_id"]
+    rows = [json.loads(line) for line in (sft_dir / "data" / "train.jsonl").read_text().splitlines()]
+    assert rows and all(r["images"] for r in rows)
+    assert all(r["input_ids"].count(image_id) == 9 * len(r["images"]) for r in rows)  # a 96x96 or 300x300 image: 9
+    kept = {o["path"] for o in json.loads((sft_dir / "manifest.json").read_text())["outputs"]}
+    assert {f"data/images/{sha}.png" for r in rows for sha in r["images"]} <= kept
+
+    # rl: π_old analyses its own episodes from their images (sokoban), or the static skills drive the teacher pass
+    analyzer = "self" if env == "sokoban" else f"static:{runs}/annotate/latest"
     rl = summary(seed_cli("rl", *common, "--steps", "1", "--batch-tasks", "2", "--group", "2", "--max-steps", "2",
-                          "--max-new-tokens", "8", "--analyzer", f"static:{runs}/annotate/latest"))  # fmt: skip
+                          "--max-new-tokens", "8", "--analyzer", analyzer))  # fmt: skip
     rl_dir = runs / "rl" / rl["run_id"]
     metrics = [json.loads(line) for line in (rl_dir / "metrics.jsonl").read_text().splitlines()]
-    assert metrics[-1]["opd/token_frac"] > 0 and metrics[-1]["opd/loss"] != 0  # the teacher pass ran, with images
+    if analyzer == "self":  # every episode was analysed: a kept skill or a parse rejection, none skipped
+        analysed = metrics[-1]["opd/valid_skill_frac"] * 4 + sum(
+            v for k, v in metrics[-1].items() if k.startswith("analyzer/rejected/")
+        )
+        assert analysed == 4 and metrics[-1]["timing_s/analyze"] > 0
+    else:
+        assert metrics[-1]["opd/token_frac"] > 0 and metrics[-1]["opd/loss"] != 0  # the teacher pass, with images
     assert any(o["path"].startswith("images/") for o in json.loads((rl_dir / "manifest.json").read_text())["outputs"])
 
     ev = summary(seed_cli("eval", *common, "--from", str(rl_dir), "--limit", "2", "--max-new-tokens", "8"))
