@@ -312,7 +312,9 @@ def model_init(
         "--preset",
         help="tiny (own BPE tokenizer) | tiny-qwen (real Qwen2.5 tokenizer) | qwen2.5-{0.5b,1.5b,3b,7b}-shape "
         "(the real model's shape, random bf16 weights, real tokenizer: for GPU memory and speed checks) | tiny-vl "
-        "(a random Qwen2.5-VL: vision tower, image processor, own BPE tokenizer; for sokoban/ezpoints with images)",
+        "(a random Qwen2.5-VL: vision tower, image processor, own BPE tokenizer; for sokoban/ezpoints with images) "
+        "| qwen2.5-vl-3b-shape (Qwen2.5-VL-3B-Instruct's shape, random bf16 weights, Qwen's tokenizer and image "
+        "processor: ~7.5 GB, for GPU checks of the visual configs)",
     ),
     seed: int = typer.Option(0, "--seed", help="initialisation seed"),
     warm_start: str | None = typer.Option(
@@ -325,18 +327,19 @@ def model_init(
     """Build a small model in code (random weights, offline tokenizer) — no model hub needed."""
     try:
         from seedcli.engines.tiny import PRESETS, build_tiny_model
+        from seedcli.engines.vision import VL_PRESETS
         from seedcli.envs import tokenizer_texts
 
-        if preset not in (*PRESETS, "tiny-vl"):
-            raise UserError(f"unknown preset '{preset}'; use one of {', '.join(PRESETS)}, tiny-vl")
+        if preset not in (*PRESETS, *VL_PRESETS):
+            raise UserError(f"unknown preset '{preset}'; use one of {', '.join((*PRESETS, *VL_PRESETS))}")
         # only the tiny BPE learns the environments' text
         corpus = tokenizer_texts() if preset in ("tiny", "tiny-vl") else None
-        if preset == "tiny-vl":
+        if preset in VL_PRESETS:
             if warm_start:
-                raise UserError("--warm-start clones ALFWorld's text expert; it does not apply to --preset tiny-vl")
-            from seedcli.engines.vision import build_tiny_vl_model
+                raise UserError(f"--warm-start clones ALFWorld's text expert; it does not apply to --preset {preset}")
+            from seedcli.engines.vision import build_vl_model
 
-            path = build_tiny_vl_model(out, seed=seed, corpus=corpus)
+            path = build_vl_model(out, preset, seed=seed, corpus=corpus)
         else:
             path = build_tiny_model(out, preset=preset, seed=seed, corpus=corpus)
         if warm_start:

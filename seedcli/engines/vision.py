@@ -2,6 +2,7 @@
 prompts that carry images.
 
     build_tiny_vl_model("runs/models/tiny-vl", corpus=texts)   # random Qwen2.5-VL, offline BPE, image processor
+    build_vl_model("runs/models/vl3b", "qwen2.5-vl-3b-shape")  # Qwen2.5-VL-3B's shape, bf16, Qwen's tokenizer
     processor = load_image_processor("runs/models/tiny-vl")    # Qwen2VLImageProcessorPil (no torchvision needed)
     batch = vision_inputs(processor, [[pixels], []])           # pixel_values, image_grid_thw, tokens per image
 
@@ -42,6 +43,9 @@ VL_CHAT_TEMPLATE = (
 # after the 2×2 merge; EZPoints' 300×300 canvas is scaled down under the 112×112 bound (to 84×84: 9 tokens).
 TINY_MIN_PIXELS = 56 * 56
 TINY_MAX_PIXELS = 112 * 112
+# Qwen2.5-VL-Instruct's own bounds (its preprocessor_config.json): a 96×96 room is 84×84 → 36 patches → 9 tokens.
+QWEN25_VL_MIN_PIXELS = 3136
+QWEN25_VL_MAX_PIXELS = 12_845_056
 
 TINY_VL_TEXT: dict[str, Any] = {
     "hidden_size": 128,
@@ -72,7 +76,7 @@ TINY_VL_VISION: dict[str, Any] = {
 QWEN25_VL_3B_SHAPE: dict[str, dict[str, Any]] = {
     "text": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
                  num_key_value_heads=2, vocab_size=151_936, tie_word_embeddings=True, max_position_embeddings=128000,
-                 rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}),
+                 rms_norm_eps=1e-6, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}),
     "vision": dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048,
                    patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
                    fullatt_block_indexes=[7, 15, 23, 31]),
@@ -115,44 +119,93 @@ def parameter_count(shape: str = "qwen2.5-vl-3b-shape") -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def tiny_image_processor():
-    """Qwen2.5-VL's image processor (PIL backend) with the tiny model's pixel bounds."""
+def image_processor(min_pixels: int = TINY_MIN_PIXELS, max_pixels: int = TINY_MAX_PIXELS):
+    """Qwen2.5-VL's image processor (PIL backend) with the given pixel bounds (default: the tiny model's)."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     return Qwen2VLImageProcessorPil(
-        min_pixels=TINY_MIN_PIXELS, max_pixels=TINY_MAX_PIXELS, patch_size=14, merge_size=2, temporal_patch_size=2
+        min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14, merge_size=2, temporal_patch_size=2
     )
 
 
-def build_tiny_vl_model(out_dir: str | os.PathLike, seed: int = 0, corpus: Iterable[str] | None = None) -> Path:
-    """A random-weight Qwen2.5-VL (2 text layers, a 2-block vision tower) with the tiny BPE tokenizer (Qwen's vision
-    tokens included), Qwen2-VL's chat template and a small-bounds image processor, saved in Hugging Face format."""
-    import torch
-    from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration
+def tiny_image_processor():
+    """Qwen2.5-VL's image processor (PIL backend) with the tiny model's pixel bounds."""
+    return image_processor(TINY_MIN_PIXELS, TINY_MAX_PIXELS)
 
-    from seedcli.engines.tiny import EOS_TOKEN, PAD_TOKEN, _round_up, build_tiny_tokenizer
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_tokenizer(list(corpus) if corpus is not None else None)
+def vl_parts(preset: str = "tiny-vl", corpus: Iterable[str] | None = None):
+    """What `build_vl_model` saves besides the weights: (tokenizer, Qwen2_5_VLConfig, image processor).
+
+    tiny-vl: the tiny BPE trained on `corpus`, the tiny shape, small pixel bounds. qwen2.5-vl-3b-shape: Qwen2.5's
+    own tokenizer (151,936 embedding rows), Qwen2.5-VL-3B-Instruct's shape and its processor's bounds. Both carry
+    Qwen2-VL's chat template and the vision tokens' ids; building these costs seconds, no weights are made."""
+    from seedcli.engines.tiny import (
+        EOS_TOKEN,
+        PAD_TOKEN,
+        QWEN_VOCAB_SIZE,
+        _round_up,
+        build_qwen_tokenizer,
+        build_tiny_tokenizer,
+    )
+
+    if preset not in VL_PRESETS:
+        raise ValueError(f"unknown vision-language preset {preset!r}; use one of {', '.join(VL_PRESETS)}")
+    tiny = preset == "tiny-vl"
+    tokenizer = build_tiny_tokenizer(list(corpus) if corpus is not None else None) if tiny else build_qwen_tokenizer()
     tokenizer.chat_template = VL_CHAT_TEMPLATE
     ids = {
         key: tokenizer.convert_tokens_to_ids(token)
         for key, token in (("image", IMAGE_PAD), ("video", VIDEO_PAD), ("start", VISION_START), ("end", VISION_END))
     }
     pad_id, eos_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN), tokenizer.convert_tokens_to_ids(EOS_TOKEN)
-    config = vl_config("tiny-vl", vocab_size=_round_up(len(tokenizer), 64), token_ids=ids)
+    vocab_size = _round_up(len(tokenizer), 64) if tiny else QWEN_VOCAB_SIZE
+    config = vl_config(preset, vocab_size=vocab_size, token_ids=ids)
     for cfg in (config, config.text_config):  # both levels carry them in transformers 5
         cfg.bos_token_id = cfg.pad_token_id = pad_id
         cfg.eos_token_id = eos_id
+    bounds = (TINY_MIN_PIXELS, TINY_MAX_PIXELS) if tiny else (QWEN25_VL_MIN_PIXELS, QWEN25_VL_MAX_PIXELS)
+    return tokenizer, config, image_processor(*bounds)
+
+
+def build_vl_model(
+    out_dir: str | os.PathLike, preset: str = "tiny-vl", seed: int = 0, corpus: Iterable[str] | None = None
+) -> Path:
+    """A random-weight Qwen2.5-VL of a preset (`vl_parts`) saved in Hugging Face format with its tokenizer, chat
+    template and preprocessor_config.json. tiny-vl is fp32; a *-shape preset is bf16 as Qwen ships it (3.75B
+    parameters: ~7.5 GB on disk and in RAM; initialised on a GPU when there is one, minutes on a CPU)."""
+    import torch
+    from transformers import GenerationConfig, Qwen2_5_VLForConditionalGeneration
+
+    tokenizer, config, processor = vl_parts(preset, corpus)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pad_id, eos_id = config.pad_token_id, config.eos_token_id
+    # fork_rng: seeding must not disturb the caller's global RNG stream
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)
+        if preset == "tiny-vl":
+            model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)
+        else:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            default = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16)
+            try:
+                with torch.device(device):
+                    model = Qwen2_5_VLForConditionalGeneration(config)
+            finally:
+                torch.set_default_dtype(default)
+            model = model.to("cpu")
     model.generation_config = GenerationConfig(bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    tiny_image_processor().save_pretrained(out)
+    processor.save_pretrained(out)
     return out
+
+
+def build_tiny_vl_model(out_dir: str | os.PathLike, seed: int = 0, corpus: Iterable[str] | None = None) -> Path:
+    """A random-weight Qwen2.5-VL (2 text layers, a 2-block vision tower) with the tiny BPE tokenizer (Qwen's vision
+    tokens included), Qwen2-VL's chat template and a small-bounds image processor, saved in Hugging Face format."""
+    return build_vl_model(out_dir, "tiny-vl", seed=seed, corpus=corpus)
 
 
 def load_image_processor(model_dir: str | os.PathLike):
