@@ -23,9 +23,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 N_TASKS = 4  # tasks per check: enough to see the expert beat the random policy, short enough for CPU
 
 
-@pytest.fixture(scope="module", params=ENV_NAMES)
+# every environment as registered, and each other observation mode it declares (the visual games' images)
+VARIANTS = [*ENV_NAMES, *(f"{n}:{m}" for n in ENV_NAMES for m in get_env(n).observation_modes[1:])]
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
 def env(request):
-    return get_env(request.param)
+    name, _, mode = request.param.partition(":")
+    return get_env(name, observation=mode) if mode else get_env(name)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +117,11 @@ def test_prompt_task_line_and_skill_insertion(env, tasks):
     finally:
         game.close()
     prompt = env.render_prompt(first.task, first.observation, first.admissible, 1, [], env.history)
-    assert env.task_line_prefix in prompt and first.task.strip().rstrip(".") in prompt
+    assert env.task_line_prefix in prompt
+    if first.image is None:
+        assert first.task.strip().rstrip(".") in prompt
+    else:  # a visual prompt shows the game (EZPoints' cards, which name the task) in its one image
+        assert prompt.count("<image>") == 1
     task_line_end = prompt.index("\n", prompt.index(env.task_line_prefix)) + 1
     skill = "Search first, compare the options with the task, and act only on evidence."
     skilled = env.insert_skill(prompt, skill)
