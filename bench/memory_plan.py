@@ -5,6 +5,9 @@ python bench/memory_plan.py       # the paper's configs on 8 GPUs, 80 and 141 Gi
 python bench/memory_plan.py --config sokoban/paper_qwen25vl_3b --model qwen2.5-vl-3b-shape --card 80
 python bench/memory_plan.py --config ezpoints/paper_qwen25vl_3b --model qwen2.5-vl-3b-shape --image 300 300
 python bench/memory_plan.py --model runs/sft/latest/model --gpus 2 --card 80 --micro-batch-tokens 8192
+python bench/memory_plan.py --vllm-graph-gib 0.4  # the size vLLM logged ("Graph capturing finished ..., took X GiB")
+
+Per GPU by component and by phase (start-up, rollout, re-scoring, update), and host memory per rank.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import math
 from pathlib import Path
 
 from seedcli.config import build_config
-from seedcli.rl.memory_plan import Shape, format_plan, image_patches, plan
+from seedcli.rl.memory_plan import VLLM_GRAPH_POOL_GIB, Shape, format_plan, image_patches, plan
 
 # (rl config, model) printed when neither --config nor --model is given
 PAPER_ROWS = (("paper_qwen25_3b", "qwen2.5-3b-shape"), ("sokoban/paper_qwen25vl_3b", "qwen2.5-vl-3b-shape"))
@@ -63,6 +66,9 @@ def main() -> None:
     ap.add_argument("--image", type=int, nargs=2, default=[96, 96], metavar=("H", "W"),
                     help="image observation size (Sokoban's 6×6 room: 96 96; EZPoints' canvas: 300 300)")  # fmt: skip
     ap.add_argument("--images-per-turn", type=int, default=1, help="images in a turn's prompt (the visual prompts: 1)")
+    ap.add_argument("--vllm-graph-gib", type=float, default=None,
+                    help=f"vLLM's CUDA-graph pool, resident while it sleeps (default: {VLLM_GRAPH_POOL_GIB}, an upper "
+                    "bound for ≤7B; see memory_plan.VLLM_GRAPH_POOL_GIB)")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print JSON")
     args = ap.parse_args()
 
@@ -84,7 +90,8 @@ def main() -> None:
         for card in args.card:
             p = plan(shape, gpus=gpus, micro_batch_tokens=mbt, gradient_checkpointing=ckpt,
                      vllm_gpu_memory=cfg.vllm_gpu_memory, card_gib=card, kl=cfg.kl_coef > 0,
-                     images_per_micro_batch=images, patches_per_image=patches)  # fmt: skip
+                     images_per_micro_batch=images, patches_per_image=patches, vllm_graph_gib=args.vllm_graph_gib,
+                     vllm_sleep_level=cfg.vllm_sleep_level)  # fmt: skip
             out[f"{model} · {config} · {card:.0f}GiB"] = p
             if not args.json:
                 print(format_plan(p, f"{model} · config {config} · micro_batch_tokens {mbt}{seen} · "

@@ -4,7 +4,10 @@ Run 1 ("multi"): `seed rl --gpus N` (N = 2 when the machine has two or more GPUs
 bf16 through vLLM with level-2 sleep, at lr 1e-6, episodes of unequal length and micro-batches small enough that
 the ranks hold different numbers of samples (so the padding passes run); the stage itself stops on any weight
 refresh whose exact checksum differs, and the smoke checks a checksum was verified after every refresh.
-Run 2 ("shape3b"): a model of Qwen2.5-3B's real shape (random bf16 weights, the real Qwen2.5 tokenizer: `seed model
+Run 2 ("vl"): a tiny vision-language policy on visual Sokoban through vLLM, on static skills from an annotate run
+(`seed collect` with the hf engine on CPU, then `seed annotate --analyzer rules`: random weights write no valid skill
+of their own), so the teacher pass and OPD run on the GPU; the smoke requires opd/token_frac > 0.
+Run 3 ("shape3b"): a model of Qwen2.5-3B's real shape (random bf16 weights, the real Qwen2.5 tokenizer: `seed model
 init --preset qwen2.5-3b-shape`, no hub) for one update at the paper config's micro-batch size, reporting peak
 allocated and reserved GPU memory and time per phase beside the memory plan (seedcli/rl/memory_plan.py).
 `--untied` adds the same for Qwen2.5-7B's untied shape (its refresh also sends lm_head; needs ~60 GiB).
@@ -83,6 +86,18 @@ def rl_run(name: str, model: Path, out: Path, gpus: int, steps: int, extra: list
             "expect_checkpoint_dtype": "bfloat16", "wall_s": wall}  # fmt: skip
 
 
+def annotate_skills(model: Path, out: Path, env_args: list[str]) -> tuple[Path | None, int]:
+    """An annotate run's skills for `--analyzer static:DIR`: a few episodes played by `model` (hf engine on CPU,
+    seconds for a tiny model) and the offline rules analyzer. Returns (the annotate run, exit code)."""
+    runs = out / "runs_skills"
+    rc, _ = run(seed_cmd("collect", "--model", str(model), "--engine", "hf", "--device", "cpu", "--tasks", "2",
+                         "--rollouts", "1", "--max-steps", "2", "--max-new-tokens", "8", "--workers", "0",
+                         "--runs-dir", str(runs), *env_args), out / "skills_collect.log")  # fmt: skip
+    if rc == 0:  # annotate reads the latest collect run, its environment included
+        rc, _ = run(seed_cmd("annotate", "--analyzer", "rules", "--runs-dir", str(runs)), out / "skills_annotate.log")
+    return (runs / "annotate" / "latest" if rc == 0 else None), rc
+
+
 def phase_table(name: str, run_result: dict, plan: dict | None) -> str:
     from seedcli.rl.smoke import PHASES
 
@@ -145,17 +160,21 @@ def main() -> int:
 
     # run 2: a vision-language policy (the tiny Qwen2.5-VL) on visual Sokoban: each turn's image through vLLM's
     # multi_modal_data (SDPA vision attention), re-scored with the images, the vision tower refreshed and covered by
-    # the exact checksums
+    # the exact checksums; static skills from an annotate run, so the teacher pass and OPD run on the GPU too
     from seedcli.engines.vision import build_tiny_vl_model
     from seedcli.envs import tokenizer_texts
 
     vl_model = build_tiny_vl_model(out / "model_vl", seed=0, corpus=tokenizer_texts())
+    sokoban = ["--env", "sokoban", "--env-options", "{observation: image}"]
+    skills, skills_rc = annotate_skills(vl_model, out, sokoban)
     vl = rl_run(
         "vl", vl_model, out, 1, 2,
-        ["--env", "sokoban", "--env-options", "{observation: image}", "--analyzer", "none", "--batch-tasks", "2",
-         "--group", "2", "--max-steps", "3", "--max-new-tokens", "32", "--mini-batch", "16", "--workers", "2"],
+        [*sokoban, "--analyzer", f"static:{skills}" if skills else "none", "--batch-tasks", "2", "--group", "2",
+         "--max-steps", "3", "--max-new-tokens", "32", "--mini-batch", "16", "--workers", "2"],
     )  # fmt: skip
     vl["expect_checksums"] = 10  # the text tensors above, plus the vision tower's block-0 norm, merger norm and qkv
+    vl["expect_opd"] = True  # without skills (their collect or annotate failed) the OPD check fails
+    vl["skills_rc"] = skills_rc
     results["runs"]["vl"] = vl
 
     plans = {}

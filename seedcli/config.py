@@ -125,7 +125,14 @@ class RolloutConfig(StageConfig):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling")
     max_new_tokens: int = Field(512, ge=1, description="generated tokens per turn")
     workers: int = _nohash("environment worker processes (0 = in-process)", 2, ge=0)
-    gen_batch: int = _nohash("episodes in play at once: one batched generation call per turn covers them all", 64, ge=1)
+    gen_batch: int = _nohash(
+        "episodes in play at once (lockstep: one batched generation call per turn covers them all)", 64, ge=1
+    )
+    rollout: Literal["async", "lockstep"] = _nohash(
+        "async: each episode sends its next request when its own step returns, the engine batches continuously; "
+        "lockstep: every episode waits for the turn's longest reply (the same trajectories either way)",
+        "async",
+    )
 
     @field_validator("env", mode="before")
     @classmethod
@@ -328,8 +335,9 @@ class RLConfig(RolloutConfig):
         "auto",
     )
     sync_tol: float | None = _nohash(
-        "max mean |Δ log-prob| between engine and trainer on the probe after a weight refresh "
-        "(default: 1e-3 when they share weights in fp32, 0.05 otherwise)",
+        "allowed drift of the probe's mean |Δ log-prob| (engine vs trainer) beyond its first check's calibration: "
+        "a warning, never a stop (the exact checksums prove a refresh); default 1e-3 when they share weights in "
+        "fp32, 0.05 otherwise",
         None,
         gt=0,
     )

@@ -190,3 +190,66 @@ def analyze_with_engine(
             parsed[i] = parse_skill(r.text)
             parsed[i].attempts = 2
     return parsed
+
+
+class SelfAnalysis:
+    """π_old analysing its own episodes inside the rollout (`play_episodes(followups=...)`): a finished episode's
+    analysis request enters the engine at once, greedy, and an answer that does not parse is asked again with the
+    schema reminder — the same two attempts `analyze_with_engine` makes, served while other episodes still play.
+    `results[episode_id]` is the parsed skill."""
+
+    def __init__(
+        self,
+        engine: Any,
+        max_new_tokens: int,
+        *,
+        seed: int = 0,
+        max_prompt_chars: int | None = None,
+        images: Any = None,
+    ):
+        self.engine = engine
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+        self.max_prompt_chars = max_prompt_chars
+        self.images = images
+        self.results: dict[str, ParsedSkill] = {}
+        self._asked: dict[str, tuple[str, list[bytes]]] = {}
+
+    def _request(self, episode_id: str, attempt: int, messages: list[dict]) -> Any:
+        from seedcli.engines.scheduling import Request
+
+        local, images = engine_messages(messages)
+        if images and not getattr(self.engine, "vision", False):
+            raise UserError(
+                "the episodes were played from images but the policy has no vision tower; use a vision-language model"
+            )
+        return Request(
+            tag=(episode_id, attempt),
+            ids=list(self.engine.render(local)),
+            seed=self.seed,
+            temperature=0.0,
+            top_p=1.0,
+            max_new_tokens=self.max_new_tokens,
+            images=images,
+        )
+
+    def first(self, trajectory: Any) -> list:
+        prompt = render_trajectory_analysis(
+            trajectory, self.max_prompt_chars, description=env_class(trajectory.env).analysis_description
+        )
+        shas = analysis_images(trajectory, prompt)
+        if shas and self.images is None:
+            raise ValueError("a visual episode's analysis needs the run's images (pass images=ImageStore)")
+        pngs = [self.images.load(sha) for sha in shas]
+        self._asked[trajectory.episode_id] = (prompt, pngs)
+        return [self._request(trajectory.episode_id, 0, analysis_messages(prompt, images=pngs))]
+
+    def land(self, tag: tuple[str, int], completion: Any) -> list:
+        episode_id, attempt = tag
+        parsed = parse_skill(completion.text)
+        parsed.attempts = attempt + 1
+        if parsed.kept or attempt == 1:
+            self.results[episode_id] = parsed
+            return []
+        prompt, pngs = self._asked[episode_id]
+        return [self._request(episode_id, 1, analysis_messages(prompt, completion.text, images=pngs))]

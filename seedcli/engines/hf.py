@@ -85,12 +85,14 @@ class HFEngine:
         seed: int | None = None,
         seeds: list[int] | None = None,
         images: list[list[Any]] | None = None,
+        ban_stop: bool = False,
     ) -> list[Completion]:
         """Sample (or, at temperature 0, greedily decode) one completion per prompt, in sub-batches of `max_batch`.
 
         Prompt i samples from its own generator seeded `seeds[i]` (default `seed + i`), so its completion depends on
         its prompt and seed alone, not on the batch it shares; `seed=None` draws from the engine's seed.
         `images[i]`: prompt i's images (uint8 H×W×3 arrays), one per image-pad token of its ids, in order.
+        `ban_stop`: the stop tokens are never drawn (the rollout bench forces each reply's length).
         """
         import torch
 
@@ -112,7 +114,9 @@ class HFEngine:
             for start in range(0, len(order), self.max_batch):
                 chunk = order[start : start + self.max_batch]
                 ids, extra = self._with_images([prompts[i] for i in chunk], [images[i] for i in chunk])
-                batch = self._generate_batch(ids, [seeds[i] for i in chunk], temperature, top_p, max_new_tokens, extra)
+                batch = self._generate_batch(
+                    ids, [seeds[i] for i in chunk], temperature, top_p, max_new_tokens, extra, ban_stop
+                )
                 for i, completion in zip(chunk, batch, strict=True):
                     results[i] = completion
         return results  # type: ignore[return-value]
@@ -160,6 +164,7 @@ class HFEngine:
         top_p: float,
         max_new_tokens: int,
         extra: dict | None = None,
+        ban_stop: bool = False,
     ) -> list[Completion]:
         import torch
         from transformers import LogitsProcessorList
@@ -178,7 +183,7 @@ class HFEngine:
             max_new_tokens=max_new_tokens,
             output_logits=True,  # raw logits, before temperature / top-p
             return_dict_in_generate=True,
-            **({"suppress_tokens": self.suppress_ids} if self.suppress_ids else {}),
+            **self._suppress(ban_stop),
             **(extra or {}),
         )
         generated = out.sequences[:, input_ids.shape[1] :]  # [B, T]
@@ -198,6 +203,11 @@ class HFEngine:
                 )
             )
         return completions
+
+    def _suppress(self, ban_stop: bool) -> dict:
+        """Tokens never drawn: a VLM's image/video pads, and the stop tokens when a length is forced."""
+        ids = list(self.suppress_ids) + (list(self.stop_ids) if ban_stop else [])
+        return {"suppress_tokens": ids} if ids else {}
 
     def score(
         self, prompts: list[list[int]], completions: list[list[int]], images: list[list[Any]] | None = None
@@ -264,6 +274,13 @@ class HFEngine:
                 attention_mask[row, width - len(seq) :] = 1
         return input_ids.to(self.device), attention_mask.to(self.device)
 
+    def batcher(self) -> Any:
+        """A continuous batcher over this engine (`seedcli.engines.batching`; text models): up to `max_batch`
+        requests decode together, each leaving when it is done."""
+        from seedcli.engines.batching import ContinuousBatcher
+
+        return ContinuousBatcher(self, max_rows=self.max_batch)
+
     def update_weights(self, state_dict_or_model: Any) -> None:
         """Copy weights in place from a state dict (Hugging Face names) or a model; tied lm_head may be absent."""
         import torch
@@ -316,19 +333,28 @@ class RowSampler:
 
         if self.generators is None:
             self.generators = [torch.Generator(device=scores.device).manual_seed(int(s)) for s in self.seeds]
-        probs = torch.softmax(scores.float() / self.temperature, dim=-1)  # [B, V]
-        if self.top_p < 1.0:
-            sorted_p, idx = probs.sort(dim=-1, descending=True)
-            # drop a token when the tokens above it already hold top_p of the mass (the first is always kept)
-            drop_sorted = (sorted_p.cumsum(-1) - sorted_p) > self.top_p
-            probs = probs.masked_fill(drop_sorted.scatter(-1, idx, drop_sorted), 0.0)
-        race = torch.empty_like(probs)
-        for row, gen in enumerate(self.generators):
-            race[row].exponential_(generator=gen)
-        choice = (probs / race).argmax(dim=-1)  # [B]
+        choice = race_choice(scores, self.generators, self.temperature, self.top_p)  # [B]
         out = torch.full_like(scores, float("-inf"))
         out.scatter_(-1, choice.unsqueeze(-1), 0.0)
         return out
+
+
+def race_choice(scores, generators: list, temperature: float, top_p: float):
+    """The token each row draws (`scores` [B, V]; row b from `generators[b]`): temperature, then top-p, then the
+    exponential race argmax(p / E), E ~ Exp(1), V draws a row. Shared by `generate` and continuous batching, so both
+    draw the same tokens from the same seeds."""
+    import torch
+
+    probs = torch.softmax(scores.float() / temperature, dim=-1)  # [B, V]
+    if top_p < 1.0:
+        sorted_p, idx = probs.sort(dim=-1, descending=True)
+        # drop a token when the tokens above it already hold top_p of the mass (the first is always kept)
+        drop_sorted = (sorted_p.cumsum(-1) - sorted_p) > top_p
+        probs = probs.masked_fill(drop_sorted.scatter(-1, idx, drop_sorted), 0.0)
+    race = torch.empty_like(probs)
+    for row, gen in enumerate(generators):
+        race[row].exponential_(generator=gen)
+    return (probs / race).argmax(dim=-1)
 
 
 def torch_int():

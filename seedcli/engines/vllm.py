@@ -163,50 +163,66 @@ class VLLMEngine:
         seed: int | None = None,
         seeds: list[int] | None = None,
         images: list[list[Any]] | None = None,
+        ban_stop: bool = False,
     ) -> list[Completion]:
         """One completion per prompt. Prompt i samples from its own stream seeded `seeds[i]` (default `seed + i`), so
         repeats of one prompt (a GRPO group) still differ and each completion is independent of the batch.
         `images[i]`: prompt i's images (vision-language models), one per image placeholder, in order."""
-        from vllm import SamplingParams
-
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
-        sampling = temperature > 0
         if seed is None:
             seed = self._rng.randrange(2**31)
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"generate got {len(prompts)} prompts but {len(seeds)} seeds")
         params = [
-            SamplingParams(
-                n=1,
-                temperature=temperature,
-                top_p=top_p if sampling else 1.0,
-                max_tokens=max_new_tokens,
-                seed=(seeds[i] if seeds is not None else seed + i) % 2**63 if sampling else None,
-                logprobs=0,  # only the sampled token's log-prob; raw (pre-temperature) in vLLM's default logprobs_mode
-                stop_token_ids=self.stop_ids,
-                detokenize=False,  # text is decoded below with the HF tokenizer, the same way as HFEngine
-                logit_bias={i: -100.0 for i in self.suppress_ids} or None,
+            self.sampling_params(
+                temperature, top_p, max_new_tokens, seeds[i] if seeds is not None else seed + i, ban_stop
             )
             for i in range(len(prompts))
         ]
         outputs = self.llm.generate(vllm_requests(prompts, images), params, use_tqdm=False)
-        completions = []
-        for output in outputs:
-            sample = output.outputs[0]
-            token_ids, finish = split_at_stop(list(sample.token_ids), self.stop_ids, max_new_tokens)
-            logprobs = [sample.logprobs[k][token].logprob for k, token in enumerate(token_ids)]
-            completions.append(
-                Completion(
-                    text=completion_text(self.tokenizer, token_ids, self.stop_ids),
-                    token_ids=token_ids,
-                    logprobs=logprobs,
-                    finish_reason=finish,
-                )
-            )
-        return completions
+        return [self.completion(output, max_new_tokens) for output in outputs]
+
+    def sampling_params(
+        self, temperature: float, top_p: float, max_new_tokens: int, seed: int, ban_stop: bool = False
+    ) -> Any:
+        """One request's SamplingParams: its own seed, the sampled token's raw log-prob, the engine's stop tokens
+        (`ban_stop`: none, and the reply runs to `max_new_tokens`, as the rollout bench forces it)."""
+        from vllm import SamplingParams
+
+        sampling = temperature > 0
+        return SamplingParams(
+            n=1,
+            temperature=temperature,
+            top_p=top_p if sampling else 1.0,
+            max_tokens=max_new_tokens,
+            seed=seed % 2**63 if sampling else None,
+            logprobs=0,  # only the sampled token's log-prob; raw (pre-temperature) in vLLM's default logprobs_mode
+            stop_token_ids=[] if ban_stop else self.stop_ids,
+            ignore_eos=ban_stop,
+            detokenize=False,  # text is decoded below with the HF tokenizer, the same way as HFEngine
+            # never drawn: a VLM's image/video pads, and with `ban_stop` the stop tokens
+            logit_bias={i: -100.0 for i in [*self.suppress_ids, *(self.stop_ids if ban_stop else [])]} or None,
+        )
+
+    def completion(self, output: Any, max_new_tokens: int) -> Completion:
+        """A finished RequestOutput as a Completion (cut after its first stop token)."""
+        sample = output.outputs[0]
+        token_ids, finish = split_at_stop(list(sample.token_ids), self.stop_ids, max_new_tokens)
+        logprobs = [sample.logprobs[k][token].logprob for k, token in enumerate(token_ids)]
+        return Completion(
+            text=completion_text(self.tokenizer, token_ids, self.stop_ids),
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reason=finish,
+        )
+
+    def batcher(self) -> Any:
+        """Requests driven one by one through vLLM's engine (`add_request` / `step`): vLLM batches continuously, so a
+        finished reply frees its slot at once (`rollout: async`)."""
+        return VLLMBatcher(self)
 
     def score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
         """Raw log-prob of every completion token, read from vLLM's prompt_logprobs of prompt + completion."""
@@ -348,3 +364,54 @@ def _preserve_process_state():
         torch.random.set_rng_state(torch_state)
         if cuda_state is not None:
             torch.cuda.set_rng_state(cuda_state)
+
+
+class VLLMBatcher:
+    """The continuous-batcher interface (`seedcli.engines.batching`) over vLLM's own engine: `add` queues a request
+    in vLLM, `step` runs one engine iteration and returns the requests it finished; `steps` counts iterations."""
+
+    def __init__(self, engine: VLLMEngine):
+        from vllm.sampling_params import RequestOutputKind
+
+        self.engine = engine
+        self.core = engine.llm.llm_engine
+        self.final_only = RequestOutputKind.FINAL_ONLY
+        self.pending: dict[str, tuple[Any, int]] = {}
+        self.count = 0
+        self.steps = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending)
+
+    def add(
+        self,
+        key: Any,
+        prompt: list[int],
+        seed: int,
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        ban_stop: bool = False,
+        images: list | None = None,
+    ) -> None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        params = self.engine.sampling_params(temperature, top_p, max_new_tokens, seed, ban_stop)
+        params.output_kind = self.final_only
+        request_id = f"seedcli-{self.count}"
+        self.count += 1
+        self.core.add_request(request_id, vllm_requests([prompt], [images] if images else None)[0], params)
+        self.pending[request_id] = (key, max_new_tokens)
+
+    def step(self) -> list[tuple[Any, Completion]]:
+        if not self.pending:
+            return []
+        self.steps += 1
+        done = []
+        for output in self.core.step():
+            if output.finished and output.request_id in self.pending:
+                key, limit = self.pending.pop(output.request_id)
+                done.append((key, self.engine.completion(output, limit)))
+        return done

@@ -245,24 +245,34 @@ def full_state_dict(
 
 
 def iter_full_params(module: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) of every parameter and buffer of the state dict, one at a time, cast to `dtype`: under
-    FSDP each DTensor is gathered when the consumer asks for it, so at most one full parameter exists at a time
-    (a collective: every rank must consume the whole stream in the same order). A tensor that appears under two
-    names (a tied lm_head) is gathered once and yielded under both."""
+    """(name, full tensor) of every parameter and buffer of the state dict, one at a time, in `dtype`: under FSDP
+    each shard is cast first (bf16: half the bytes of an fp32 gather, the same bits as casting after it) and
+    gathered when the consumer asks for it, so at most one full parameter exists at a time (a collective: every rank
+    must consume the whole stream in the same order). Names that share one parameter (a tied lm_head) are gathered
+    once and yielded together, at the first name's place."""
     from torch.distributed.tensor import DTensor
 
-    last: tuple[int, torch.Tensor] | None = None  # (id of the sharded tensor, its gathered and cast value)
-    for name, value in module.state_dict().items():
-        if last is not None and last[0] == id(value):
-            yield name, last[1]
+    state = module.state_dict()
+    # which names share a tensor: the module's own parameter objects (the same on every rank, so every rank skips
+    # the same gathers); state_dict() detaches, so its values cannot tell
+    owner = {
+        name: id(t)
+        for name, t in (*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False))
+    }
+    aliases: dict[object, list[str]] = {}
+    for name in state:
+        aliases.setdefault(owner.get(name, name), []).append(name)
+    for name, value in state.items():
+        names = aliases.pop(owner.get(name, name), None)
+        if names is None:  # yielded with the first name of its tensor
             continue
-        key = id(value)
+        value = value.detach()
+        if dtype is not None and value.is_floating_point():
+            value = value.to(dtype)  # a DTensor casts its local shard
         if isinstance(value, DTensor):
             value = value.full_tensor()
-        value = value.detach()
-        value = value.to(dtype) if dtype is not None and value.is_floating_point() else value
-        last = (key, value)
-        yield name, value
+        for alias in names:
+            yield alias, value
 
 
 def param_digest(module: torch.nn.Module) -> str:

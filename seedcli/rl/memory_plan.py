@@ -6,8 +6,12 @@ the ranks; the frozen reference is sharded in bf16; one decoder layer at a time 
 prefetch) plus the root group (embeddings, lm_head), which a trainable model keeps gathered from forward to
 backward. Activations are bf16; without gradient checkpointing every layer keeps its intermediates, with it only
 each layer's input is kept and one layer is recomputed at a time. Log-probs are formed `chunk_tokens` at a time in
-fp32. The colocated vLLM engine takes `vllm_gpu_memory` of the card while it generates and ~nothing after a level-2
-sleep. Figures are estimates (±15%): allocator fragmentation and NCCL buffers come on top of the fixed overhead.
+fp32. The root group's gradient is reduce-scattered last, from an fp32 buffer of its full size. The colocated vLLM
+engine takes `vllm_gpu_memory` of the card while it generates; a sleep frees its weights and KV cache but not its
+CUDA-graph pool, which stays resident beside the trainer (`VLLM_GRAPH_POOL_GIB`). Start-up holds vLLM's share and
+the full fp32 actor before FSDP shards it. Host memory per rank: the fp32 actor read before it moves to the GPU,
+vLLM's weight backup in a level-1 sleep, rank 0's gathered checkpoint, and the process itself.
+Figures are estimates (±15%): allocator fragmentation and NCCL buffers come on top of the fixed overhead.
 
 A vision-language model (Qwen2.5-VL) adds its vision tower: its blocks are sharded, gathered and trained like the
 decoder layers, its patch embedding and merger sit in the root group. Its activations are per patch (the tower runs
@@ -23,6 +27,16 @@ from pathlib import Path
 
 GIB = 1024**3
 CUDA_OVERHEAD_GIB = 2.0  # CUDA context, NCCL buffers, cuBLAS workspaces: measured ~1.5-2.5 GiB per rank
+# vLLM's CUDA-graph pool, which a sleep (level 1 or 2) leaves resident (vLLM frees weights and KV cache only; see
+# vllm-project/vllm#56373: "leaves graph executables and native CUDA graph pools resident"). vLLM logs its size at
+# start-up ("Graph capturing finished in N secs, took X GiB"); reports run from a few hundred MiB for small dense
+# models to 1.4 GiB (1,503,657,984 bytes) for a 1T-parameter MoE at TP8 with 256 sequences (vllm-project/vllm#47654).
+# Assumed here for a ≤7B dense model and ≤64 sequences, an upper bound; the GPU smoke's mem/sleep/device_used_gib
+# measures it. While vLLM is awake the pool is counted inside its `vllm_gpu_memory` share.
+VLLM_GRAPH_POOL_GIB = 1.0
+# One rank's process on the host: Python with torch, transformers and vLLM imported (0.5 GiB resident on CPU) plus
+# the CUDA context's host side and pinned staging buffers: assumed.
+HOST_PROCESS_GIB = 2.0
 
 
 @dataclass(frozen=True)
@@ -187,6 +201,22 @@ def vision_activation_bytes(v: VisionShape, patches: int, gradient_checkpointing
     return v.depth * per_block + edge
 
 
+def host_plan(shape: Shape, *, vllm_sleep_level: int = 2, checkpoint_bytes: int = 2) -> dict[str, float]:
+    """Host memory (GiB) of one rank by phase: the actor read in fp32 before it moves to the GPU (transformers loads
+    on the CPU first; the reference comes after it, in bf16), vLLM's weight backup while asleep (level 1 keeps a bf16
+    copy in pinned memory, level 2 drops it), rank 0's model gathered for a checkpoint (`checkpoint_bytes` a
+    parameter: bf16 on GPU), each beside the process itself (`HOST_PROCESS_GIB`); and the peak."""
+    P = shape.params
+    rows = {
+        "start-up: actor read in fp32 before the GPU": 4 * P / GIB,
+        f"vLLM asleep (level {vllm_sleep_level}): its weight backup": (2 * P if vllm_sleep_level == 1 else 0) / GIB,
+        "checkpoint, rank 0: the model gathered": checkpoint_bytes * P / GIB,
+    }
+    rows["process (Python, torch, CUDA, vLLM)"] = HOST_PROCESS_GIB
+    rows["peak per rank"] = HOST_PROCESS_GIB + max(v for k, v in rows.items() if not k.startswith("process"))
+    return rows
+
+
 def plan(
     shape: Shape,
     *,
@@ -199,17 +229,23 @@ def plan(
     chunk_tokens: int = 1024,
     images_per_micro_batch: int = 0,
     patches_per_image: int = 0,
+    vllm_graph_gib: float | None = None,
+    vllm_sleep_level: int = 2,
 ) -> dict:
-    """Per-GPU GiB by component and by phase, and whether each phase fits the card.
+    """Per-GPU GiB by component and by phase, whether each phase fits the card, and host GiB per rank.
 
     `images_per_micro_batch` (default 0: a text policy) images of `patches_per_image` patches each (`image_patches`)
-    go through the vision tower with every micro-batch; the re-scoring phase is costed with the same count."""
+    go through the vision tower with every micro-batch; the re-scoring phase is costed with the same count.
+    `vllm_graph_gib`: vLLM's CUDA-graph pool, resident while it sleeps (default `VLLM_GRAPH_POOL_GIB`, or 0 when
+    `vllm_gpu_memory` is 0: an hf engine, no vLLM)."""
     if images_per_micro_batch and shape.vision is None:
         raise ValueError("images_per_micro_batch > 0 needs a vision-language shape (one with a vision_config)")
     if images_per_micro_batch and patches_per_image <= 0:
         raise ValueError("patches_per_image must be positive when there are images; see image_patches()")
     n = max(1, gpus)
     P = shape.params
+    if vllm_graph_gib is None:
+        vllm_graph_gib = VLLM_GRAPH_POOL_GIB if vllm_gpu_memory > 0 else 0.0
     parts = {
         "master weights (fp32, sharded)": 4 * P / n,
         "AdamW moments (fp32, sharded)": 8 * P / n,
@@ -218,6 +254,9 @@ def plan(
         "gathered params (bf16: root + 2 layers)": 2 * (shape.root_params + 2 * shape.max_layer_params),
         "gathered layer gradient (fp32)": 4 * shape.max_layer_params,
         "log-prob chunk (fp32 logits ×3)": 3 * 4 * chunk_tokens * shape.vocab,
+        # FSDP2 reduce-scatters the root group (embeddings, lm_head) last, from an fp32 copy of its whole gradient
+        "root gradient reduce-scatter buffer (fp32)": 4 * shape.root_params,
+        "vLLM CUDA-graph pool (resident in sleep)": vllm_graph_gib * GIB,
     }
     per_lt = activation_bytes_per_layer_token(shape)
     full_acts = shape.layers * micro_batch_tokens * per_lt
@@ -242,14 +281,19 @@ def plan(
     )  # grads freed between updates
     update = sum(parts.values())
     other = update - acts - vision_acts[gradient_checkpointing]
-    rollout = resident + vllm_gpu_memory * card_gib * GIB
+    vllm_share = vllm_gpu_memory * card_gib * GIB  # the graph pool included while awake
+    rollout = resident + vllm_share
+    # the full fp32 actor on the GPU before fully_shard, then the full bf16 reference beside the sharded actor
+    startup = vllm_share + max(4 * P, 4 * P / n + (2 * P if kl else 0))
     g = {k: v / GIB for k, v in parts.items()}
     phases = {
+        "start-up (full fp32 actor + vLLM)": (startup + overhead) / GIB,
         "rollout (vLLM awake)": (rollout + overhead) / GIB,
         # no grad: one layer's intermediates at a time, the hidden states of the micro-batch, one logits chunk
         "re-scoring (no grad)": (resident + parts["gathered params (bf16: root + 2 layers)"]
                                  + micro_batch_tokens * (per_lt + 2 * shape.hidden) + vision_nograd
-                                 + parts["log-prob chunk (fp32 logits ×3)"] + overhead) / GIB,
+                                 + parts["log-prob chunk (fp32 logits ×3)"]
+                                 + parts["vLLM CUDA-graph pool (resident in sleep)"] + overhead) / GIB,
         "update (forward+backward)": (update + overhead) / GIB,
     }  # fmt: skip
     return {
@@ -266,6 +310,8 @@ def plan(
         "phases_gib": phases,
         "fits": {k: v <= 0.95 * card_gib for k, v in phases.items()},
         "vllm_share_gib": vllm_gpu_memory * card_gib,
+        "vllm_graph_pool_gib": vllm_graph_gib,
+        "host_gib": host_plan(shape, vllm_sleep_level=vllm_sleep_level),
     }  # fmt: skip
 
 
@@ -287,4 +333,11 @@ def format_plan(p: dict, title: str) -> str:
     lines.append(f"{'phase peak (incl. CUDA/NCCL overhead)':<44}{'GiB':>8}  fits")
     for k, v in p["phases_gib"].items():
         lines.append(f"{k:<44}{v:>8.2f}  {'yes' if p['fits'][k] else 'NO'}")
+    lines.append("")
+    lines.append(f"{'host memory per rank':<44}{'GiB':>8}")
+    for k, v in p["host_gib"].items():
+        lines.append(f"{k:<44}{v:>8.2f}")
+    gpus = p["gpus"]
+    label = f"  ({gpus} ranks on one node, at start-up)"
+    lines.append(f"{label:<44}{p['host_gib']['peak per rank'] * gpus:>8.2f}")
     return "\n".join(lines)

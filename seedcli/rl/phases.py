@@ -77,6 +77,7 @@ class RLContext:
     invalid_penalty: float
     vision_processor: Any = None  # a vision-language policy's image processor (None: a text policy)
     images: Any = None  # ImageStore of the run's observation images (set by the stage)
+    in_rollout_analysis: Any = None  # this update's SelfAnalysis when π_old analysed inside the (async) rollout
 
     def vision_inputs(self, rows: list[list[str]]) -> dict:
         """pixel_values and image_grid_thw of a micro-batch's images (each row's sha256s, in order)."""
@@ -194,7 +195,13 @@ def analyse(ctx: RLContext, episodes: Sequence, step: int) -> tuple[list[str | N
     cfg, plan = ctx.cfg, ctx.plan
     skills: list[str | None] = [None] * len(episodes)
     reasons: list[str | None] = ["analyzer_off"] * len(episodes)
-    if plan.analyzer == "self" and episodes:
+    if plan.analyzer == "self" and episodes and ctx.in_rollout_analysis is not None:
+        # rollout: async: each episode was analysed the moment it ended, while the others still played
+        results = ctx.in_rollout_analysis.results
+        parsed = [results[ep.episode_id] for ep in episodes]
+        skills = [p.skill if p.kept else None for p in parsed]
+        reasons = [None if p.kept else p.reason for p in parsed]
+    elif plan.analyzer == "self" and episodes:
         from seedcli.analyzers.policy import analyze_with_engine
 
         parsed = analyze_with_engine(
@@ -281,10 +288,19 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
         invalid_penalty=ctx.invalid_penalty,
         normalize_std=cfg.advantage_norm == "mean_std",
     )
-    minibatches = plan_minibatches(len(samples), cfg.mini_batch, info.world, update_seed(cfg.seed, step, "minibatch"))
+    # every rank tokenises a slice, so that all know every sample's length; then the plan deals the samples by tokens
+    # and each rank tokenises what it was dealt and had not (at most twice its share, once on one process)
+    counted = list(range(info.rank, len(samples), info.world))
+    render_samples(samples, counted, render)
+    share_lengths(samples, counted, lambda obj: D.all_gather_object(obj, info))
+    seed = update_seed(cfg.seed, step, "minibatch")
+    minibatches = plan_minibatches(len(samples), cfg.mini_batch, info.world, seed, [s.length for s in samples])
     mine_idx = rank_indices(minibatches, info.rank)
-    render_samples(samples, mine_idx, render)
-    share_lengths(samples, mine_idx, lambda obj: D.all_gather_object(obj, info))
+    keep = set(mine_idx)
+    for i in counted:
+        if i not in keep:  # the lengths stay; the ids belong to the rank that trains on the sample
+            samples[i].prompt_ids = samples[i].skill_prompt_ids = None
+    render_samples(samples, [i for i in mine_idx if not samples[i].rendered], render)
     mine = [samples[i] for i in mine_idx]
     models = ctx.models
     models.train_model.eval()
@@ -423,6 +439,8 @@ def update_metrics(
         device=info.device,
     )
     stats = D.all_reduce_(stats, info).cpu().tolist()
+    # every rank ran as many forwards per pass as the busiest (padding included): world × the passes' counts in all
+    forwards_all = info.world * sum(v for k, v in scored.forwards.items() if k != "padding")
     ep, timing = episode_summary, log.timing
     tokens_gen = sum(len(t.response_ids) for e in episodes for t in e.turns)
     tokens_all = sum(s.length for s in samples) + sum(s.skill_length for s in samples if s.has_skill)
@@ -457,6 +475,7 @@ def update_metrics(
         "perf/tokens_per_s": tokens_all / elapsed if elapsed > 0 else 0.0,
         "perf/gen_tokens_per_s": tokens_gen / timing["rollout"] if timing["rollout"] > 0 else 0.0,
         "dist/padding_forwards_rescore": stats[2],
+        "rescore/pad_forward_frac": stats[2] / forwards_all if forwards_all else 0.0,
         **sync,
         **log.mem,
     }

@@ -4,14 +4,16 @@
 L = L_ppo + kl_coef·KL − entropy_coef·H + opd_coef·L_opd, each a token mean over the whole mini-batch across
 ranks: a micro-batch contributes the sum of its per-token terms divided by the mini-batch's response-token count
 (OPD: its OPD-token count), so the result does not depend on the world size or the micro-batch size (verl's
-"token-mean"). One epoch: the update's turn-samples are shuffled (seeded) into mini-batches of `mini_batch`; each
-mini-batch is split over the ranks and, on each rank, packed into micro-batches by length; every rank runs the
-same number of micro-batches (padding with zero-weight ones: each FSDP forward/backward is a set of collectives);
-gradients accumulate and one AdamW step follows, after clipping the grad norm.
+"token-mean"). One epoch: the update's turn-samples are shuffled (seeded) into round(n / mini_batch) mini-batches
+of equal size (±1); each mini-batch is dealt to the ranks by tokens (longest first to the rank with the fewest, as
+verl's balance_batch) and, on each rank, packed into micro-batches by length; every rank runs the same number of
+micro-batches (padding with zero-weight ones: each FSDP forward/backward is a set of collectives); gradients
+accumulate and one AdamW step follows, after clipping the grad norm.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import random
@@ -91,15 +93,46 @@ class UpdateResult:
 # --------------------------------------------------------------------------------------------- batching
 
 
-def plan_minibatches(n: int, mini_batch: int, world: int, seed: int) -> list[list[list[int]]]:
-    """Shuffle sample indices 0..n-1 (seeded) into mini-batches of `mini_batch`, each split round-robin over the
-    ranks: plan[j][r] = the indices rank r trains on in mini-batch j. Every index appears exactly once."""
+def minibatch_sizes(n: int, mini_batch: int) -> list[int]:
+    """round(n / mini_batch) sizes (at least one when n > 0) that differ by at most one, larger first: 2,600 samples
+    at 256 give ten of 260, not ten of 256 and a 40-sample remainder that would get a whole optimizer step."""
+    if n <= 0:
+        return []
+    k = max(1, (2 * n + mini_batch) // (2 * mini_batch))  # n / mini_batch rounded half up
+    return [n // k + (j < n % k) for j in range(k)]
+
+
+def deal_by_tokens(chunk: Sequence[int], lengths: Sequence[int], world: int) -> list[list[int]]:
+    """Split the sample indices `chunk` over `world` ranks by tokens (as verl's balance_batch): longest first, each
+    to the rank with the fewest tokens so far (ties: the lower rank). Each share keeps `chunk`'s order."""
+    pos = {i: p for p, i in enumerate(chunk)}
+    loads = [(0, r) for r in range(world)]  # a heap of (tokens so far, rank)
+    shares: list[list[int]] = [[] for _ in range(world)]
+    for i in sorted(chunk, key=lambda i: (-lengths[i], pos[i])):
+        load, r = heapq.heappop(loads)
+        shares[r].append(i)
+        heapq.heappush(loads, (load + lengths[i], r))
+    return [sorted(share, key=pos.__getitem__) for share in shares]
+
+
+def plan_minibatches(
+    n: int, mini_batch: int, world: int, seed: int, lengths: Sequence[int] | None = None
+) -> list[list[list[int]]]:
+    """Shuffle sample indices 0..n-1 (seeded) into `minibatch_sizes(n, mini_batch)` mini-batches, each split over
+    the ranks: by tokens when `lengths` (every sample's token count) is given (`deal_by_tokens`), else round-robin.
+    plan[j][r] = the indices rank r trains on in mini-batch j. Every index appears exactly once; the same inputs give
+    the same plan on every rank."""
     order = list(range(n))
     random.Random(seed).shuffle(order)
     plan = []
-    for start in range(0, n, mini_batch):
-        chunk = order[start : start + mini_batch]
-        plan.append([chunk[r::world] for r in range(world)])
+    start = 0
+    for size in minibatch_sizes(n, mini_batch):
+        chunk = order[start : start + size]
+        start += size
+        if lengths is not None:
+            plan.append(deal_by_tokens(chunk, lengths, world))
+        else:
+            plan.append([chunk[r::world] for r in range(world)])
     return plan
 
 
@@ -194,6 +227,7 @@ _STAT_KEYS = (
     "gate",
     "delta",
     "padding",
+    "forwards",
 )
 
 
@@ -246,6 +280,7 @@ def micro_batch_loss(
                 (gate * opd_mask).sum(),
                 torch.where(opd_mask > 0, delta, torch.zeros_like(delta)).sum(),
                 torch.zeros((), device=n.device),  # padding: counted by train_update
+                torch.zeros((), device=n.device),  # forwards: counted by train_update
             ]
         ).double()
     parts = {"actor/pg_loss": pg, "actor/kl": kl, "actor/entropy": ent, "opd/loss": opd}
@@ -289,6 +324,7 @@ def train_update(
             ([samples[i] for i in mb], float(info.world)) for mb in mbp.micro
         ]
         sums[_STAT_KEYS.index("padding")] += mbp.n_micro - len(micro)
+        sums[_STAT_KEYS.index("forwards")] += mbp.n_micro
         micro += [([_dummy_sample(pad_id, padding_ids if vision is not None else None)], 0.0)] * (
             mbp.n_micro - len(micro)
         )
@@ -341,6 +377,7 @@ def train_update(
         "opd/delta_mean": s["delta"] / n_opd,
         "opd/token_frac": s["opd_tokens"] / n,
         "dist/padding_micro_batches": s["padding"],  # zero-weight micro-batches run so every rank ran as many
+        "actor/pad_forward_frac": s["padding"] / s["forwards"] if s["forwards"] else 0.0,
     }
     return UpdateResult(metrics, skipped, cause, steps, int(s["tokens"]))
 
@@ -563,9 +600,11 @@ __all__ = [
     "TrainingStopped",
     "UpdateResult",
     "collate",
+    "deal_by_tokens",
     "latest_checkpoint",
     "load_optimizer_and_rng",
     "micro_batch_loss",
+    "minibatch_sizes",
     "plan_micro_batches",
     "plan_minibatches",
     "rank_indices",

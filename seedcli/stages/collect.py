@@ -56,6 +56,7 @@ def settings_from(cfg: RolloutConfig) -> RolloutSettings:
         top_p=cfg.top_p,
         max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed,
+        rollout=cfg.rollout,
     )
 
 

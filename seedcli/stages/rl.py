@@ -406,7 +406,21 @@ def roll_out(ctx: RLContext, pool, games: list, step: int) -> list:
     mine: list = []
     meta = {**ctx.meta, "model_hash": f"{ctx.meta.get('model_hash', '')[:16]}+update{step - 1}"}
     policy = ModelPolicy(ctx.engine, settings, cfg.gen_batch)
-    play_episodes(specs, policy, pool, settings, meta, mine.append, images=ctx.images)
+    ctx.in_rollout_analysis = None
+    if ctx.plan.analyzer == "self" and settings.rollout == "async":
+        # SEED's self-analysis enters the same engine, with the same weights, the moment an episode ends
+        from seedcli.analyzers.policy import SelfAnalysis
+
+        ctx.in_rollout_analysis = SelfAnalysis(
+            ctx.engine,
+            cfg.analyzer_max_new_tokens,
+            seed=update_seed(cfg.seed, step, "analyze", info.rank),
+            max_prompt_chars=cfg.analysis_max_chars,
+            images=ctx.images,
+        )
+    play_episodes(
+        specs, policy, pool, settings, meta, mine.append, images=ctx.images, followups=ctx.in_rollout_analysis
+    )
     return mine
 
 
@@ -494,7 +508,8 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
     from seedcli.stages.collect import settings_from
 
     weights = LossWeights(cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, plan.opd_coef, plan.opd_beta)
-    # fp32 on both sides (CPU, or a shared model): agreement to float noise; a bf16 vLLM engine vs FSDP: looser
+    # the probe's allowed drift beyond its calibration (a warning): float noise when both sides are fp32 (CPU, or a
+    # shared model); looser for a bf16 vLLM engine vs FSDP
     sync_tol = cfg.sync_tol or (1e-3 if (models.shared or info.device.type == "cpu") else 0.05)
     tokenizer = engine.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -191,7 +191,10 @@ def expert_demonstrations(
     todo = [s for s in specs if s.episode_id not in done]
     if todo:
         _log(f"the searching expert plays {len(todo)} of {len(specs)} training games (noise {noise}; cache: {path})")
-        settings = RolloutSettings(max_steps=max_steps, history=history, temperature=0.0, max_new_tokens=1, seed=seed)
+        # lockstep: the demonstrations are written in the order the episodes end, and that order is part of the data
+        settings = RolloutSettings(
+            max_steps=max_steps, history=history, temperature=0.0, max_new_tokens=1, seed=seed, rollout="lockstep"
+        )
         meta = {"engine": "none", "model_id": "expert-search", "model_hash": "", "policy": "expert"}
         policy = NoisyExpertPolicy(noise, seed)
         t0 = time.time()

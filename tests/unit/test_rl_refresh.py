@@ -1,5 +1,6 @@
 """The weight refresh's order of operations and its checks, with a recording stand-in for the vLLM engine
-(the real engine is exercised in tests/integration/test_vllm_refresh.py and test_rl.py)."""
+(the real engine is exercised in tests/integration/test_vllm_refresh.py and test_rl.py); the probe, which calibrates
+at the first check and then only warns."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from seedcli.config import RLConfig
 from seedcli.engines.checksum import checksum_names, tensor_checksum, trainer_checksums
 from seedcli.rl.distributed import DistInfo
-from seedcli.rl.engine_sync import WeightSyncError, refresh_engine, vllm_engine_kwargs
+from seedcli.rl.engine_sync import ProbeCheck, WeightSyncError, refresh_engine, vllm_engine_kwargs
 from seedcli.stages.rl import env_workers
 from tests.helpers_models import tiny_lm
 
@@ -84,6 +85,76 @@ def test_an_engine_that_stops_reading_the_stream_is_caught():
     engine = RecordingEngine(lm, take=2)
     with pytest.raises(WeightSyncError, match="took 2 of the"):
         refresh(lm, engine, 1)
+
+
+class ProbeEngine:
+    """Scores the probe's response tokens at the trainer's log-prob plus `offset` (a lower-precision engine)."""
+
+    def __init__(self, offset: float = 0.0):
+        self.offset = offset
+
+    def score(self, prompts, responses):
+        return [[-1.0 + self.offset] * len(responses[0])]
+
+
+class ConstantScorer(torch.nn.Module):
+    """A trainer whose log-prob is `value` at every response token."""
+
+    def __init__(self, value: float = -1.0):
+        super().__init__()
+        self.value = value
+
+    def forward(self, input_ids, attention_mask, response_mask, **_):
+        return response_mask.float() * self.value
+
+
+def probe_check(engine, scorer, tol=0.05) -> ProbeCheck:
+    return ProbeCheck(engine, scorer, ([1, 2, 3], [4, 5]), tol=tol, max_tokens=64, pad_id=0, info=DistInfo())
+
+
+def test_the_probe_calibrates_at_step_0_then_warns_on_drift_and_never_stops(capsys):
+    engine, scorer = ProbeEngine(0.08), ConstantScorer()
+    check = probe_check(engine, scorer)
+    # a bf16 engine on a trained model differs by more than the tolerance for honest reasons: the baseline
+    m = check(0)
+    assert m["sync/probe_calibration"] == pytest.approx(0.08) and m["sync/probe_warn"] == 0.0
+    assert capsys.readouterr().err == ""
+    engine.offset = 0.12  # 0.04 beyond the calibration: within the tolerance
+    m = check(1)
+    assert m["sync/probe_drift"] == pytest.approx(0.04) and m["sync/probe_warn"] == 0.0
+    assert m["sync/probe_trainer_shift"] == 0.0 and capsys.readouterr().err == ""
+    engine.offset = 0.2  # 0.12 beyond: a metric and one stderr line, no exception
+    m = check(2)
+    assert m["sync/probe_drift"] == pytest.approx(0.12) and m["sync/probe_warn"] == 1.0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("[rl] warning: update 2:") and "more than at calibration" in err[0]
+    assert check.calibration == pytest.approx(0.08)  # the baseline stays the first check's
+
+
+def test_an_engine_that_misses_the_update_is_a_warning_too(capsys):
+    engine, scorer = ProbeEngine(0.0), ConstantScorer(-1.0)
+    check = probe_check(engine, scorer, tol=1e-3)
+    check(0)
+    scorer.value = -1.5  # the update moved the trainer's log-probs by 0.5; the engine still scores the old ones
+    m = check(1)
+    assert m["sync/probe_trainer_shift"] == pytest.approx(0.5) and m["sync/probe_warn"] == 1.0
+    err = capsys.readouterr().err
+    assert "may not follow the update" in err and "more than at calibration" in err
+
+
+def test_a_refresh_with_a_drifting_probe_goes_on_and_a_wrong_checksum_stops_it(capsys):
+    lm = tiny_lm(0)
+    names = checksum_names(lm.config.num_hidden_layers, linear=False)
+    check = probe_check(ProbeEngine(0.0), ConstantScorer())
+    check(0)
+    check.engine.offset = 0.5
+    sync = refresh_engine(RecordingEngine(lm), lm, DistInfo(), 1, shared=False, checksum_names=names, check_sync=check)
+    assert sync["sync/checksum_tensors"] >= 3 and sync["sync/probe_warn"] == 1.0
+    assert "[rl] warning: update 1" in capsys.readouterr().err
+    stale = RecordingEngine(lm, load=False)
+    nudge(lm)
+    with pytest.raises(WeightSyncError, match="exact checksum"):
+        refresh_engine(stale, lm, DistInfo(), 2, shared=False, checksum_names=names, check_sync=check)
 
 
 def test_checksum_is_exact_and_order_free():

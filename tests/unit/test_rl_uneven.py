@@ -114,6 +114,11 @@ def test_two_fsdp_ranks_with_uneven_passes_match_one_process(tmp_path):
             assert torch.equal(r0["state"][k], r1["state"][k])
     for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "opd/loss", "actor/grad_norm"):
         assert r0["metrics"][key] == pytest.approx(res.metrics[key], rel=1e-4, abs=1e-6), key
+    # padding micro-batches / all micro-batches over both ranks; none on one process
+    a, b = (plan_micro_batches(make_samples(), plan_minibatches(N, N, 2, seed=0)[0], r, SMALL) for r in (0, 1))
+    expected = (2 * a.n_micro - len(a.micro) - len(b.micro)) / (2 * a.n_micro)
+    assert expected > 0 and r0["metrics"]["actor/pad_forward_frac"] == pytest.approx(expected)
+    assert res.metrics["actor/pad_forward_frac"] == 0.0
 
 
 def test_bf16_checkpoint_keeps_fp32_master_weights_for_an_exact_resume(tmp_path):

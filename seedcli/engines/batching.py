@@ -1,0 +1,225 @@
+"""Continuous batching for the hf engine: requests join and leave the running batch at every decode step.
+
+    batcher = engine.batcher()
+    batcher.add("ep3/t2", prompt_ids, seed=1234, temperature=1.0, top_p=1.0, max_new_tokens=512)
+    while batcher.busy:
+        for key, completion in batcher.step():   # one decode iteration for every running request
+            ...
+
+`HFEngine.generate` decodes a batch until its longest completion is done (a short reply waits for a long one); here a
+finished request leaves at once and a waiting one takes its row at the next step (`rollout: async`). A request's
+completion depends on its prompt and seed alone: it draws from its own generator exactly as `RowSampler` does in
+`generate` (the same exponential race, the same number of draws a step), so the two paths give the same tokens.
+
+The batch keeps one key/value cache, left-padded: a joining request is prefilled on its own rows and spliced in
+(the shorter side padded on the left, masked); a leaving request's rows are dropped, and columns that are padding
+for every row are trimmed. Text models only: a vision-language model's M-RoPE offsets are per prefill, so the
+rollout sends its requests to `generate` as they become ready instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from seedcli.engines.base import Completion, completion_text
+
+
+@dataclass
+class _Row:
+    key: Any
+    prompt: list[int]
+    generator: Any  # torch.Generator (temperature > 0)
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    ban_stop: bool = False  # the rollout bench forces a length: the stop tokens are never drawn
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+class ContinuousBatcher:
+    """At most `max_rows` requests decode together; the rest wait in arrival order. Each request has its own sampling
+    settings (a rollout turn samples, an analysis is greedy). `steps` counts decode iterations (a step decodes one
+    token for every running request), the hardware-independent cost of a rollout."""
+
+    def __init__(self, engine: Any, *, max_rows: int):
+        if engine.vision:
+            raise ValueError("continuous batching is for text models; a vision-language model uses generate")
+        self.engine = engine
+        self.max_rows = max_rows
+        self.waiting: list[_Row] = []
+        self.rows: list[_Row] = []
+        self.cache: Any = None
+        self.mask: Any = None  # [rows, columns] 1 at real tokens
+        self.logits: Any = None  # [rows, V] next-token logits of each running row
+        self.steps = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.rows)
+
+    def add(
+        self,
+        key: Any,
+        prompt: list[int],
+        seed: int,
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        ban_stop: bool = False,
+    ) -> None:
+        """Queue a request; it joins the batch at the next `step` when a row is free."""
+        import torch
+
+        if not prompt:
+            raise ValueError("a request needs a non-empty prompt")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        generator = None
+        if temperature > 0:
+            generator = torch.Generator(device=self.engine.device).manual_seed(int(seed))
+        self.waiting.append(_Row(key, list(prompt), generator, temperature, top_p, max_new_tokens, ban_stop))
+
+    def step(self) -> list[tuple[Any, Completion]]:
+        """Admit waiting requests into free rows, draw one token for every running request, and return the
+        requests that finished (stop token drawn or their length reached), in row order."""
+        import torch
+
+        with torch.inference_mode():
+            self._admit()
+            if not self.rows:
+                return []
+            self.steps += 1
+            tokens = self._draw()
+            done: list[tuple[Any, Completion]] = []
+            keep: list[int] = []
+            for i, (row, token) in enumerate(zip(self.rows, tokens, strict=True)):
+                row.tokens.append(token)
+                if token in self.engine.stop_ids and not row.ban_stop:
+                    done.append((row.key, self._completion(row, "stop")))
+                elif len(row.tokens) >= row.max_new_tokens:
+                    done.append((row.key, self._completion(row, "length")))
+                else:
+                    keep.append(i)
+            self._keep(keep)
+            if self.rows:
+                self._decode([tokens[i] for i in keep])
+            return done
+
+    # ------------------------------------------------------------------------------------------------ internals
+
+    def _completion(self, row: _Row, finish: str) -> Completion:
+        return Completion(
+            text=completion_text(self.engine.tokenizer, row.tokens, self.engine.stop_ids),
+            token_ids=list(row.tokens),
+            logprobs=list(row.logprobs),
+            finish_reason=finish,
+        )
+
+    def _draw(self) -> list[int]:
+        """One token per running row from its logits: its own exponential race (temperature > 0) or the argmax;
+        the log-prob is the raw logits' (before temperature and top-p), as `generate` reports it."""
+        import torch
+
+        from seedcli.engines.hf import race_choice
+
+        logits = self.logits.float()
+        scores = logits
+        if any(row.ban_stop for row in self.rows):
+            scores = logits.clone()
+            for i, row in enumerate(self.rows):
+                if row.ban_stop:
+                    scores[i, self.engine.stop_ids] = float("-inf")
+        choice = scores.argmax(dim=-1)  # greedy rows keep it; sampled rows race, each group of settings at once
+        groups: dict[tuple[float, float], list[int]] = {}
+        for i, row in enumerate(self.rows):
+            if row.temperature > 0:
+                groups.setdefault((row.temperature, row.top_p), []).append(i)
+        for (temperature, top_p), members in groups.items():
+            index = torch.tensor(members, device=scores.device)
+            drawn = race_choice(scores[index], [self.rows[i].generator for i in members], temperature, top_p)
+            choice[index] = drawn
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, choice.unsqueeze(-1)).squeeze(-1)
+        for row, value in zip(self.rows, logp.tolist(), strict=True):
+            row.logprobs.append(value)
+        return choice.tolist()
+
+    def _admit(self) -> None:
+        free = self.max_rows - len(self.rows)
+        if free <= 0 or not self.waiting:
+            return
+        joining, self.waiting = self.waiting[:free], self.waiting[free:]
+        ids, mask = self.engine._left_pad([row.prompt for row in joining])
+        cache, logits = self._forward(ids, mask, None, prefill=True)
+        if not self.rows:
+            self.cache, self.mask, self.logits, self.rows = cache, mask, logits, joining
+            return
+        self._splice(cache, mask, logits, joining)
+
+    def _forward(self, ids: Any, mask: Any, cache: Any, prefill: bool) -> tuple[Any, Any]:
+        from transformers import DynamicCache
+
+        positions = mask.cumsum(-1) - 1
+        positions = positions.masked_fill(mask == 0, 1)
+        if not prefill:
+            positions = positions[:, -1:]
+        out = self.engine.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache if cache is not None else DynamicCache(config=self.engine.model.config),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.past_key_values, out.logits[:, -1, :]
+
+    def _decode(self, tokens: list[int]) -> None:
+        import torch
+
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.engine.device).unsqueeze(-1)
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=-1)
+        self.cache, self.logits = self._forward(ids, self.mask, self.cache, prefill=False)
+
+    def _splice(self, cache: Any, mask: Any, logits: Any, joining: list[_Row]) -> None:
+        """The running batch and the prefilled newcomers in one cache, aligned on the right."""
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+
+        width = max(self.mask.shape[1], mask.shape[1])
+
+        def widen(t: Any, dim: int) -> Any:  # left-pad dimension `dim` up to `width`
+            missing = width - t.shape[dim]
+            if not missing:
+                return t
+            pad = [0, 0] * (t.dim() - 1 - dim) + [missing, 0]
+            return F.pad(t, pad)
+
+        for old, new in zip(self.cache.layers, cache.layers, strict=True):
+            old.keys = torch.cat([widen(old.keys, 2), widen(new.keys, 2)], dim=0)
+            old.values = torch.cat([widen(old.values, 2), widen(new.values, 2)], dim=0)
+        self.mask = torch.cat([widen(self.mask, 1), widen(mask, 1)], dim=0)
+        self.logits = torch.cat([self.logits, logits], dim=0)
+        self.rows = self.rows + joining
+
+    def _keep(self, keep: list[int]) -> None:
+        """Drop finished rows, then the columns that are padding in every remaining row."""
+        if len(keep) == len(self.rows):
+            return
+        self.rows = [self.rows[i] for i in keep]
+        if not keep:
+            self.cache = self.mask = self.logits = None
+            return
+        import torch
+
+        index = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
+        self.mask = self.mask.index_select(0, index)
+        self.logits = self.logits.index_select(0, index)
+        first = int((self.mask.sum(0) > 0).nonzero()[0])  # the first column some row uses
+        self.mask = self.mask[:, first:]
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(0, index)[:, :, first:]
+            layer.values = layer.values.index_select(0, index)[:, :, first:]
