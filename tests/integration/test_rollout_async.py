@@ -59,3 +59,31 @@ def test_rl_lockstep_and_async_give_the_same_first_update(tmp_path, tiny):
     # the self-analysis (π_old's skills) ran inside the async rollout and decided the same for every episode
     analysis = {k: v for k, v in lock.items() if k.startswith("analyzer/") or k == "opd/valid_skill_frac"}
     assert analysis and analysis == {k: v for k, v in asyn.items() if k in analysis}
+
+
+def test_async_a_dying_env_worker_is_one_error_and_loses_no_finished_episode(tiny):
+    """The worker is killed once the first episode has ended: play_episodes raises the pool's one-line error (it
+    names the games in play), the finished episode was handed over already, and nothing hangs."""
+    import torch
+
+    from seedcli.engines import load_engine
+    from seedcli.envs import get_env
+    from seedcli.envs.pool import EnvPool
+    from seedcli.rollout import EpisodeSpec, ModelPolicy, RolloutSettings, play_episodes
+
+    torch.set_num_threads(1)
+    env = get_env("sokoban")
+    engine = load_engine("hf", tiny, device="cpu", max_batch=2)
+    settings = RolloutSettings(max_steps=2, history=2, temperature=1.0, max_new_tokens=4, seed=0, rollout="async")
+    specs = [EpisodeSpec(f"e{i}", f"g{i}", task=t) for i, t in enumerate(env.list_tasks("test")[:6])]
+    done: list = []
+    with EnvPool(env, 1) as pool:
+
+        def on_done(traj) -> None:
+            done.append(traj.episode_id)
+            if len(done) == 1:
+                pool._procs[0].proc.kill()
+
+        with pytest.raises(RuntimeError, match="env worker 0 failed while playing"):
+            play_episodes(specs, ModelPolicy(engine, settings), pool, settings, {}, on_done, max_active=2)
+    assert len(done) >= 1
