@@ -317,6 +317,49 @@ class RLConfig(RolloutConfig):
         json_schema_extra=_ENV_DEFAULT,
     )
     val_temperature: float = Field(0.4, ge=0.0, description="sampling temperature for validation episodes")
+    # settings of the SEED code (algorithm.seed.* there; docs/parity.md); counted in the hash only when changed
+    opd_start_after_steps: int | None = Field(
+        None,
+        ge=0,
+        description="OPD weight 0 (and no teacher pass) for updates 1..N; null = from the first update "
+        "(the SEED code's algorithm.seed.opd_start_after_steps)",
+        json_schema_extra={"hash": "if_set"},
+    )
+    opd_stop_after_steps: int | None = Field(
+        None,
+        ge=0,
+        description="OPD weight 0 (and no teacher pass) after update N; null = never stop "
+        "(algorithm.seed.opd_stop_after_steps)",
+        json_schema_extra={"hash": "if_set"},
+    )
+    analyze: Literal["all", "failed"] = Field(
+        "all",
+        description="episodes the self-analyzer writes skills for: all | failed (not won); static skills go to "
+        "every episode (the SEED code's algorithm.seed.failed_only: false | true)",
+        json_schema_extra={"hash": "if_set"},
+    )
+    failed_only_after_steps: int | None = Field(
+        None,
+        ge=0,
+        description="analyse every episode in updates 1..N and only failed ones after, whatever `analyze` says; "
+        "null = `analyze` decides (algorithm.seed.failed_only_after_steps)",
+        json_schema_extra={"hash": "if_set"},
+    )
+    min_skill_words: int = Field(
+        5,
+        ge=0,
+        description="a parsed skill shorter than this many words is rejected (skill_too_short); the SEED code: 5 "
+        "for its API analyzer, none for the policy analyzer",
+        json_schema_extra={"hash": "if_set"},
+    )
+    analyzer_parse_retries: int = Field(
+        2,
+        ge=1,
+        description="attempts per episode, the first included, when the self-analyzer's answer does not parse; "
+        "each retry shows the previous answer and the schema reminder (counted as the SEED code's "
+        "SEED_ANALYSIS_PARSE_RETRIES counts them: 2 = one retry)",
+        json_schema_extra={"hash": "if_set"},
+    )
     sample_every: int = _nohash(
         "log one episode's per-token score shift to samples.jsonl every N updates (0 = val_every, or 1 without val)",
         0,
@@ -368,6 +411,18 @@ class RLConfig(RolloutConfig):
     torchrun_args: str | None = _nohash(
         "extra torchrun options for multi-node runs, e.g. '--nnodes 2 --node-rank 0 --rdzv-endpoint host:29500'"
     )
+
+    def hashed(self) -> dict:
+        """As StageConfig's, and a field marked "if_set" also counts only when it differs from its default, so a
+        setting added with the default of today's behaviour (`analyze: all`, `min_skill_words: 5`) keeps every
+        stored hash."""
+        out = super().hashed()
+        for name, f in type(self).model_fields.items():
+            if name in out and (f.json_schema_extra or {}).get("hash") == "if_set":
+                default = f.get_default(call_default_factory=True)
+                if out[name] == default:
+                    del out[name]
+        return out
 
 
 class EvalConfig(RolloutConfig):

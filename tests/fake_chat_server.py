@@ -10,7 +10,9 @@ A fault script is keyed by a marker substring of the first user message; its ite
 prompt, in arrival order, then "ok". Items:
     ok | fenced | trailing_comma | prose | malformed | missing_field | short_skill | placeholder   (HTTP 200 answers)
     bad_body (HTTP 200, body not JSON) | 429[:retry_after_s] | 500 | 401 | slow:S (sleep S s, then ok) | delay:S
-`delay` (constructor) sleeps before every answer. Run standalone: `python tests/fake_chat_server.py --delay 0.2`.
+`delay` (constructor) sleeps before every answer. `answer` (constructor): a function of the first user message's text
+that returns the {"episode_summary", "episode_skill"} every answer is built from (default `good_answer`). Run
+standalone: `python tests/fake_chat_server.py --delay 0.2`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -62,8 +65,15 @@ def good_answer(prompt: str) -> dict:
 
 
 class FakeChatServer:
-    def __init__(self, faults: dict[str, list[str]] | None = None, api_key: str | None = None, delay: float = 0.0):
+    def __init__(
+        self,
+        faults: dict[str, list[str]] | None = None,
+        api_key: str | None = None,
+        delay: float = 0.0,
+        answer: Callable[[str], dict] | None = None,
+    ):
         self.faults = {k: list(v) for k, v in (faults or {}).items()}
+        self.answer = answer or good_answer
         self.api_key = api_key
         self.delay = delay
         self.prompt_counts: Counter[str] = Counter()
@@ -170,7 +180,7 @@ class FakeChatServer:
             return self._send_raw(h, 200, b'{"choices": [ this is not json')
         if kind in ("slow", "delay"):
             time.sleep(float(arg or 2))
-        answer = good_answer(prompt)
+        answer = self.answer(prompt)
         if kind == "fenced":
             content = "Here is my analysis.\n```json\n" + json.dumps(answer, indent=2) + "\n```\nHope it helps."
         elif kind == "trailing_comma":

@@ -2,7 +2,8 @@
 
 Tolerant on purpose, because analyzers (an API model, a small local policy) wrap JSON in prose or code fences, leave
 trailing commas, or stop mid-object: fenced or bare JSON → trailing-comma repair → a field-by-field regex fallback.
-Strict on what is kept: both fields present, and the skill has at least five words and is not a placeholder.
+Strict on what is kept: both fields present, and the skill has at least `min_words` words (default five; `seed rl`'s
+`min_skill_words`) and is not a placeholder.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ MISSING_SUMMARY = "missing_summary"
 MISSING_SKILL = "missing_skill"
 TOO_SHORT = "skill_too_short"
 PLACEHOLDER = "placeholder_skill"
+SKIPPED_SUCCESS = "skipped_success"  # not a rejection: `analyze: failed` does not analyse a won episode
 
 SUMMARY_KEYS = ("episode_summary", "summary")
 SKILL_KEYS = ("episode_skill", "skill")
@@ -69,23 +71,24 @@ class ParsedSkill:
         return self.reason is None
 
 
-def parse_skill(text: str | None) -> ParsedSkill:
-    """Parse an analyzer answer and decide whether the skill is kept (see the module docstring). When the answer holds
-    several objects (say, an echo of the template and then the real one), the first kept one wins."""
+def parse_skill(text: str | None, min_words: int = MIN_SKILL_WORDS) -> ParsedSkill:
+    """Parse an analyzer answer and decide whether the skill is kept (see the module docstring); a skill of fewer than
+    `min_words` words is `skill_too_short`. When the answer holds several objects (say, an echo of the template and
+    then the real one), the first kept one wins."""
     raw = text or ""
     if not raw.strip():
         return ParsedSkill(None, None, EMPTY, raw)
-    results = [_judge(s, k, raw) for s, k in _json_field_pairs(raw)]
+    results = [_judge(s, k, raw, min_words) for s, k in _json_field_pairs(raw)]
     if not results or not any(r.kept for r in results):
         summary, skill = _regex_fields(raw)
         if summary is not None or skill is not None:
-            results.append(_judge(summary, skill, raw))
+            results.append(_judge(summary, skill, raw, min_words))
     if not results:
         return ParsedSkill(None, None, UNPARSEABLE, raw)
     return next((r for r in results if r.kept), results[0])
 
 
-def _judge(summary: str | None, skill: str | None, raw: str) -> ParsedSkill:
+def _judge(summary: str | None, skill: str | None, raw: str, min_words: int = MIN_SKILL_WORDS) -> ParsedSkill:
     summary = _clean(summary)
     skill = _clean(skill)
     if not skill:
@@ -94,7 +97,7 @@ def _judge(summary: str | None, skill: str | None, raw: str) -> ParsedSkill:
         return ParsedSkill(None, skill, MISSING_SUMMARY, raw)
     if is_placeholder(skill):
         return ParsedSkill(summary, skill, PLACEHOLDER, raw)
-    if len(_WORD.findall(skill)) < MIN_SKILL_WORDS:
+    if len(_WORD.findall(skill)) < min_words:
         return ParsedSkill(summary, skill, TOO_SHORT, raw)
     return ParsedSkill(summary, skill, None, raw)
 

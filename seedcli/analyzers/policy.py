@@ -2,7 +2,8 @@
 
 `seed annotate --analyzer policy --model DIR` uses it on a collect run; `seed rl` calls `analyze_with_engine` with
 its live engine so the frozen π_old analyses its own finished episodes (DESIGN.md §1, Stage 2 step 2). Both run the
-same code: one batched generate call for all prompts, the shared parser, one retry with the schema reminder.
+same code: one batched generate call for all prompts, the shared parser, retries with the schema reminder (one by
+default; `seed rl`'s `analyzer_parse_retries` counts the attempts).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from seedcli.analyzers import AnalyzerResponse, analysis_messages, png_of_part
-from seedcli.analyzers.parse import ParsedSkill, parse_skill
+from seedcli.analyzers.parse import MIN_SKILL_WORDS, SKIPPED_SUCCESS, ParsedSkill, parse_skill
 from seedcli.envs import env_class
 from seedcli.errors import UserError
 from seedcli.prompts import analysis_images, render_trajectory_analysis
@@ -161,11 +162,13 @@ def analyze_with_engine(
     seed: int = 0,
     max_prompt_chars: int | None = None,
     images: Any = None,
+    attempts: int = 2,
+    min_words: int = MIN_SKILL_WORDS,
 ) -> list[ParsedSkill]:
-    """Skills for trajectories (or already-rendered analysis prompts): one generate call for all, then one more for
-    those whose answer did not parse, with the schema reminder. `ParsedSkill.kept` says whether each skill is usable.
-    An episode played from images is analysed with the visual prompt and its steps' images, read from `images` (the
-    run's ImageStore)."""
+    """Skills for trajectories (or already-rendered analysis prompts): one generate call for all, then up to
+    `attempts − 1` more for those whose answer did not parse, each showing the previous answer and the schema reminder.
+    `ParsedSkill.kept` says whether each skill is usable (`min_words` words at least). An episode played from images
+    is analysed with the visual prompt and its steps' images, read from `images` (the run's ImageStore)."""
     prompts = [
         item
         if isinstance(item, str)
@@ -180,23 +183,25 @@ def analyze_with_engine(
         pngs.append([images.load(sha) for sha in shas])
     analyzer = PolicyAnalyzer(engine, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     first = analyzer.analyze_batch([analysis_messages(p, images=im) for p, im in zip(prompts, pngs, strict=True)])
-    parsed = [parse_skill(r.text) for r in first]
-    again = [i for i, p in enumerate(parsed) if not p.kept]
-    if again:
-        second = analyzer.analyze_batch(
-            [analysis_messages(prompts[i], first[i].text, images=pngs[i]) for i in again]
-        )
-        for i, r in zip(again, second, strict=True):
-            parsed[i] = parse_skill(r.text)
-            parsed[i].attempts = 2
+    parsed = [parse_skill(r.text, min_words) for r in first]
+    last = [r.text for r in first]
+    for attempt in range(2, attempts + 1):
+        again = [i for i, p in enumerate(parsed) if not p.kept]
+        if not again:
+            break
+        answers = analyzer.analyze_batch([analysis_messages(prompts[i], last[i], images=pngs[i]) for i in again])
+        for i, r in zip(again, answers, strict=True):
+            parsed[i] = parse_skill(r.text, min_words)
+            parsed[i].attempts = attempt
+            last[i] = r.text
     return parsed
 
 
 class SelfAnalysis:
     """π_old analysing its own episodes inside the rollout (`play_episodes(followups=...)`): a finished episode's
     analysis request enters the engine at once, greedy, and an answer that does not parse is asked again with the
-    schema reminder — the same two attempts `analyze_with_engine` makes, served while other episodes still play.
-    `results[episode_id]` is the parsed skill."""
+    schema reminder — the same `attempts` `analyze_with_engine` makes, served while other episodes still play.
+    `results[episode_id]` is the parsed skill; with `failed_only` a won episode is not analysed (`skipped_success`)."""
 
     def __init__(
         self,
@@ -206,12 +211,18 @@ class SelfAnalysis:
         seed: int = 0,
         max_prompt_chars: int | None = None,
         images: Any = None,
+        attempts: int = 2,
+        min_words: int = MIN_SKILL_WORDS,
+        failed_only: bool = False,
     ):
         self.engine = engine
         self.max_new_tokens = max_new_tokens
         self.seed = seed
         self.max_prompt_chars = max_prompt_chars
         self.images = images
+        self.attempts = attempts
+        self.min_words = min_words
+        self.failed_only = failed_only
         self.results: dict[str, ParsedSkill] = {}
         self._asked: dict[str, tuple[str, list[bytes]]] = {}
 
@@ -234,6 +245,9 @@ class SelfAnalysis:
         )
 
     def first(self, trajectory: Any) -> list:
+        if self.failed_only and trajectory.won:
+            self.results[trajectory.episode_id] = ParsedSkill(None, None, SKIPPED_SUCCESS, attempts=0)
+            return []
         prompt = render_trajectory_analysis(
             trajectory, self.max_prompt_chars, description=env_class(trajectory.env).analysis_description
         )
@@ -246,10 +260,10 @@ class SelfAnalysis:
 
     def land(self, tag: tuple[str, int], completion: Any) -> list:
         episode_id, attempt = tag
-        parsed = parse_skill(completion.text)
+        parsed = parse_skill(completion.text, self.min_words)
         parsed.attempts = attempt + 1
-        if parsed.kept or attempt == 1:
+        if parsed.kept or attempt + 1 >= self.attempts:
             self.results[episode_id] = parsed
             return []
         prompt, pngs = self._asked[episode_id]
-        return [self._request(episode_id, 1, analysis_messages(prompt, completion.text, images=pngs))]
+        return [self._request(episode_id, attempt + 1, analysis_messages(prompt, completion.text, images=pngs))]

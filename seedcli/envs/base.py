@@ -16,7 +16,8 @@ What an environment supplies (class attributes are constants; methods have a def
     actions     `parse_action(response)` -> (action sent to the game, valid), `format_response(think, action)`
     reward      `success_reward` (episode reward = success_reward·won), `invalid_penalty` per invalid turn,
                 `advantage_norm` ("mean_std" or "mean": how GRPO normalises a group's turn scores)
-    analysis    `analysis_description` (first sentence of the analysis prompt), `rules_skill(trajectory)`
+    analysis    `analysis_description` (first sentence of the analysis prompt), `rules_skill(trajectory)`,
+                `leaks(trajectory, skill)` (spans of the skill that leak this episode's hindsight facts)
     policies    `expert_response(result)`, `random_response(result, rng)`
     eval        `categories`, `category_names`, `category_label`, `task_noun`, `eval_splits`, `metric_labels`
                 (results.json keys, headline first: macro_success, micro_success, mean_score, macro_score),
@@ -309,6 +310,11 @@ class Environment(ABC):
     @abstractmethod
     def rules_skill(self, trajectory) -> tuple[str, str]:
         """(episode_summary, episode_skill) the offline rules analyzer writes for one Trajectory."""
+
+    def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
+        """The (start, end) character spans of `skill` that leak what only hindsight on `trajectory` knows (the
+        answer, the goal product, where the target was, the moves); empty when none. The default finds none."""
+        return []
 
     # -- eval and tokenizer ---------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ __all__ = [
     "low_var_kl",
     "masked_mean",
     "masked_sum",
+    "opd_gate_stats",
     "opd_loss",
     "ppo_clip_loss",
     "ppo_clip_stats",
@@ -135,6 +136,22 @@ def opd_loss(
     gate = torch.sigmoid(beta * delta)  # [B, T], no grad: both inputs are detached
     per_token = gate * (teacher_logp - student_logp)  # [B, T]
     return token_mean(per_token, mask, denom), gate
+
+
+@torch.no_grad()
+def opd_gate_stats(
+    student_logp: torch.Tensor, teacher_logp: torch.Tensor, mask: torch.Tensor, beta: float = 5.0
+) -> dict[str, torch.Tensor]:
+    """The SEED code's OPD diagnostics over the tokens where `mask` is 1, as 0-d tensors keyed by metric name:
+    `opd/gate_mean` (mean g), `opd/gate_active_frac` (share with g > 0.5, i.e. Δ > 0 when β > 0; none at β = 0) and
+    `opd/teacher_gap_mean` (mean Δ), with Δ = ℓ_skill − ℓ_student and g = σ(β·Δ) as in `opd_loss`."""
+    gap = teacher_logp - student_logp  # [B, T]
+    gate = torch.sigmoid(beta * gap)  # [B, T]
+    return {
+        "opd/gate_mean": masked_mean(gate, mask),
+        "opd/gate_active_frac": masked_mean((gate > 0.5).float(), mask),
+        "opd/teacher_gap_mean": masked_mean(gap, mask),
+    }
 
 
 def total_loss(

@@ -78,6 +78,8 @@ class RLContext:
     vision_processor: Any = None  # a vision-language policy's image processor (None: a text policy)
     images: Any = None  # ImageStore of the run's observation images (set by the stage)
     in_rollout_analysis: Any = None  # this update's SelfAnalysis when π_old analysed inside the (async) rollout
+    # the skill-leak audit the stage hands in: (episodes, skills) -> skills/leak_frac metrics (the env's own rule)
+    audit_skills: Callable[[Sequence, Sequence], dict] | None = None
 
     def vision_inputs(self, rows: list[list[str]]) -> dict:
         """pixel_values and image_grid_thw of a micro-batch's images (each row's sha256s, in order)."""
@@ -186,12 +188,34 @@ class PhaseLog:
         phase_memory(self.info, phase, self.mem)
 
 
+# --------------------------------------------------------------------------------------------- schedules
+
+
+def opd_coef_at(cfg: RLConfig, coef: float, step: int) -> float:
+    """λ_opd of update `step` (1-based): `coef`, or 0 for updates ≤ `opd_start_after_steps` and > `opd_stop_after_steps`
+    (the SEED code's `_is_seed_teacher_signal_enabled`)."""
+    if cfg.opd_start_after_steps is not None and step <= cfg.opd_start_after_steps:
+        return 0.0
+    if cfg.opd_stop_after_steps is not None and step > cfg.opd_stop_after_steps:
+        return 0.0
+    return coef
+
+
+def failed_only(cfg: RLConfig, step: int) -> bool:
+    """Whether update `step` analyses only the episodes it did not win: after `failed_only_after_steps` when that is
+    set (every episode before), else as `analyze` says (the SEED code's `_should_seed_analyze_failed_only`)."""
+    if cfg.failed_only_after_steps is not None:
+        return step > cfg.failed_only_after_steps
+    return cfg.analyze == "failed"
+
+
 # --------------------------------------------------------------------------------------------- analyse
 
 
 def analyse(ctx: RLContext, episodes: Sequence, step: int) -> tuple[list[str | None], list[str | None]]:
     """(skill, rejection reason) of each of this rank's episodes: π_old writes a skill for each finished episode
-    (greedy, the shared analysis prompt and parser), or the static library answers; None where there is none."""
+    (greedy, the shared analysis prompt and parser; won ones are skipped when `failed_only`), or the static library
+    answers; None where there is none."""
     cfg, plan = ctx.cfg, ctx.plan
     skills: list[str | None] = [None] * len(episodes)
     reasons: list[str | None] = ["analyzer_off"] * len(episodes)
@@ -202,19 +226,28 @@ def analyse(ctx: RLContext, episodes: Sequence, step: int) -> tuple[list[str | N
         skills = [p.skill if p.kept else None for p in parsed]
         reasons = [None if p.kept else p.reason for p in parsed]
     elif plan.analyzer == "self" and episodes:
+        from seedcli.analyzers.parse import SKIPPED_SUCCESS
         from seedcli.analyzers.policy import analyze_with_engine
 
-        parsed = analyze_with_engine(
-            ctx.engine,
-            episodes,
-            cfg.analyzer_max_new_tokens,
-            temperature=0.0,
-            seed=update_seed(cfg.seed, step, "analyze", ctx.info.rank),
-            max_prompt_chars=cfg.analysis_max_chars,
-            images=ctx.images,  # an episode played from images is analysed from its images
-        )
-        skills = [p.skill if p.kept else None for p in parsed]
-        reasons = [None if p.kept else p.reason for p in parsed]
+        skip_won = failed_only(cfg, step)
+        chosen = [i for i, ep in enumerate(episodes) if not (skip_won and ep.won)]
+        reasons = [SKIPPED_SUCCESS] * len(episodes)
+        parsed = []
+        if chosen:
+            parsed = analyze_with_engine(
+                ctx.engine,
+                [episodes[i] for i in chosen],
+                cfg.analyzer_max_new_tokens,
+                temperature=0.0,
+                seed=update_seed(cfg.seed, step, "analyze", ctx.info.rank),
+                max_prompt_chars=cfg.analysis_max_chars,
+                images=ctx.images,  # an episode played from images is analysed from its images
+                attempts=cfg.analyzer_parse_retries,
+                min_words=cfg.min_skill_words,
+            )
+        for i, p in zip(chosen, parsed, strict=True):
+            skills[i] = p.skill if p.kept else None
+            reasons[i] = None if p.kept else p.reason
     elif plan.analyzer == "static":
         skills = [plan.library.skill_for(ep.category, ep.episode_id) for ep in episodes]
         reasons = [None if s else "no_static_skill_for_type" for s in skills]
@@ -263,6 +296,8 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
     from seedcli.rl.trainer import plan_minibatches, rank_indices
 
     cfg, info, engine = ctx.cfg, ctx.info, ctx.engine
+    # no skill-context pass while λ_opd is 0 for this update (opd_start/stop_after_steps), as the SEED code
+    teacher = ctx.plan.teacher and ctx.weights.opd_coef > 0
 
     def render(text: str, images: list[str] | None = None) -> list[int]:
         if not images:
@@ -283,7 +318,7 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
         batch.skills,
         None,
         insert_skill=ctx.insert_skill,
-        with_skill_context=ctx.plan.teacher,
+        with_skill_context=teacher,
         win_reward=ctx.win_reward,
         invalid_penalty=ctx.invalid_penalty,
         normalize_std=cfg.advantage_norm == "mean_std",
@@ -309,7 +344,7 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
         mine,
         old_fn=models.train_model,
         ref_fn=models.ref_model,
-        teacher=ctx.plan.teacher,
+        teacher=teacher,
         max_tokens=cfg.micro_batch_tokens,
         pad_id=ctx.pad_id,
         device=info.device,
@@ -432,9 +467,12 @@ def update_metrics(
     `seedcli.rollout.episode_metrics` of the batch's episodes."""
     import torch
 
+    from seedcli.analyzers.parse import SKIPPED_SUCCESS
+
     info, plan, episodes, samples = ctx.info, ctx.plan, batch.episodes, scored.samples
+    active, n_gate = _gate_active_sum(scored.mine, ctx.weights.opd_beta)
     stats = torch.tensor(
-        [scored.shift_sum, float(scored.shift_n), float(scored.forwards.get("padding", 0))],
+        [scored.shift_sum, float(scored.shift_n), float(scored.forwards.get("padding", 0)), active, n_gate],
         dtype=torch.float64,
         device=info.device,
     )
@@ -446,7 +484,7 @@ def update_metrics(
     tokens_all = sum(s.length for s in samples) + sum(s.skill_length for s in samples if s.has_skill)
     elapsed = sum(timing.values())
     kept = sum(1 for s in batch.skills if s)
-    rejected = Counter(r for r in batch.reasons if r and r != "analyzer_off")
+    rejected = Counter(r for r in batch.reasons if r and r not in ("analyzer_off", SKIPPED_SUCCESS))
     record: dict[str, Any] = {
         "step": step,
         "epoch": epoch,
@@ -468,6 +506,10 @@ def update_metrics(
         "actor/lr": ctx.cfg.lr,
         "opd/valid_skill_frac": kept / max(len(episodes), 1) if plan.analyzer != "none" else 0.0,
         "opd/shift_mean": stats[0] / stats[1] if stats[1] else 0.0,
+        # the SEED code's actor/opd_gate_active_ratio, here at π_old (the rescore pass): share of tokens with g > 0.5
+        "opd/gate_active_frac": stats[3] / stats[4] if stats[4] else 0.0,
+        # the SEED code's actor/opd_teacher_gap_mean: mean of ℓ_skill − ℓ_θ over OPD tokens (the trainer's delta)
+        "opd/teacher_gap_mean": result.metrics.get("opd/delta_mean", 0.0),
         "opd/coef": ctx.weights.opd_coef,
         "opd/beta": ctx.weights.opd_beta,
         **{f"analyzer/rejected/{k}": v for k, v in rejected.items()},
@@ -479,9 +521,26 @@ def update_metrics(
         **sync,
         **log.mem,
     }
+    if plan.analyzer == "self":  # won episodes `analyze: failed` left out (the SEED code's skipped_success_traj_count)
+        record["analyzer/skipped_success"] = sum(r == SKIPPED_SUCCESS for r in batch.reasons)
     if result.cause:
         record["actor/skip_cause"] = result.cause
     return record
+
+
+def _gate_active_sum(mine: Sequence[TurnSample], beta: float) -> tuple[float, float]:
+    """(tokens whose gate σ(β·(ℓ_skill − ℓ_old)) > 0.5, tokens with ℓ_skill) over this rank's re-scored samples."""
+    import torch
+
+    from seedcli.rl.losses import opd_gate_stats
+
+    scored = [s for s in mine if s.skill_logp is not None]
+    if not scored:
+        return 0.0, 0.0
+    teacher = torch.cat([s.skill_logp.reshape(-1) for s in scored]).double()  # [N]
+    student = torch.cat([s.old_logp.reshape(-1) for s in scored]).double()  # [N]
+    stats = opd_gate_stats(student, teacher, torch.ones_like(student), beta)
+    return float(stats["opd/gate_active_frac"]) * student.numel(), float(student.numel())
 
 
 def sample_record(ctx: RLContext, step: int, batch: Batch, scored: Rescored) -> dict | None:

@@ -25,10 +25,14 @@ collect run, complete or not, so a rerun only asks for what is missing. Transpor
 rejected as `request_failed` and never cached, so a resume or rerun asks again. A 401/403, or max(3, concurrency)
 requests failing in a row (server down, wrong URL), stops the stage at once with a one-line error (exit 2).
 Progress (stderr): done, kept, rejected, retries (transport + schema reminders), tokens.
+Skill-leak audit (always on): `skills/leak_frac`, the share of kept skills that leak what only hindsight knows (the
+environment's `leaks` rule: the answer, the goal product, where the target was, the moves), overall and
+`skills/leak_frac/<category>`, in the manifest's metrics and the summary printed at the end.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -46,14 +50,15 @@ from seedcli.analyzers import (
     request_key,
 )
 from seedcli.analyzers.parse import ParsedSkill, parse_skill
-from seedcli.artifacts import MANIFEST, Manifest, open_run, read_manifest, resolve_input, utc_now
+from seedcli.artifacts import MANIFEST, Manifest, open_run, read_manifest, resolve_input, saved_path, utc_now
 from seedcli.config import AnnotateConfig
-from seedcli.envs import env_class
+from seedcli.envs import env_class, get_env
 from seedcli.errors import StageFailed, UserError
 from seedcli.images import run_images
 from seedcli.progress import StageProgress
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_images, analysis_version, render_trajectory_analysis
 from seedcli.records import JsonlWriter, SkillRecord, Trajectory, iter_jsonl, repair_tail, write_jsonl
+from seedcli.skill_leaks import LEAK_FRAC, leak_metrics
 
 REQUEST_FAILED = "request_failed"
 HTTP_ANALYZERS = ("glm", "openai")
@@ -441,6 +446,7 @@ def run(cfg: AnnotateConfig) -> Manifest:
             raise RuntimeError(f"{n_kept + n_rej} records for {len(trajectories)} trajectories")
         metrics = _metrics(cfg, model, worker, cache, trajectories, reused, len(pending), time.time() - t0)
         metrics["collect_run"] = collect_manifest.run_id
+        metrics.update(_leak_metrics(collect_dir, collect_manifest, trajectories, worker.records))
         _refuse_if_failed(cfg, run, worker, metrics, len(trajectories))
         return run.complete(
             {"skills.jsonl": n_kept, "rejected.jsonl": n_rej, "responses.jsonl": len(cache.entries)}, metrics
@@ -461,6 +467,29 @@ def _jobs(cfg: AnnotateConfig, key_model: str, trajectories: list[Trajectory]) -
         key = request_key(cfg.analyzer, key_model, version, prompt, cfg.temperature, cfg.max_tokens, images)
         jobs.setdefault(key, Job(key, prompt, version, images)).trajectories.append(traj)
     return jobs
+
+
+def _leak_metrics(
+    collect_dir: Path, collect_manifest: Manifest, trajectories: list[Trajectory], records: dict[str, SkillRecord]
+) -> dict[str, Any]:
+    """The skill-leak audit of the kept skills: `skills/leak_frac`, overall and per category, by the environment's
+    `leaks` rule, the environment built as the collect run built it (data root, env options). None, with a warning
+    on stderr, when the data the rule reads (search questions, WebShop goals) is not there."""
+    kept = [(t, records[t.episode_id].episode_skill) for t in trajectories if records[t.episode_id].reason is None]
+    if not kept:
+        return {LEAK_FRAC: 0.0}
+    saved = collect_manifest.config
+    data_root = saved.get("data_root")
+    try:
+        env = get_env(
+            kept[0][0].env,  # a collect run plays one environment
+            data_root=str(saved_path(collect_dir, collect_manifest, data_root)) if data_root else None,
+            **(saved.get("env_options") or {}),
+        )
+        return leak_metrics(env, [t for t, _ in kept], [skill for _, skill in kept])
+    except UserError as exc:
+        print(f"[annotate] warning: no skill-leak audit ({exc})", file=sys.stderr)
+        return {LEAK_FRAC: None}
 
 
 def _refuse_if_failed(cfg: AnnotateConfig, run: Any, worker: _Annotator, metrics: dict, total: int) -> None:

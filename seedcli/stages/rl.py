@@ -45,6 +45,7 @@ from seedcli.images import IMAGES_DIR, run_images
 from seedcli.rl.phases import Plan, RLContext
 from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
 from seedcli.rl.skill_library import SkillCategories, default_library_path, load_skill_library
+from seedcli.skill_leaks import leak_metrics
 
 DEFAULT_STATIC_SKILLS = REPO_ROOT / "data" / "static_skills.json"
 WORKER_FILE = "worker.json"
@@ -353,6 +354,7 @@ def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple
         PhaseLog,
         analyse,
         gather_episodes,
+        opd_coef_at,
         refresh_and_prove,
         rescore,
         sample_record,
@@ -361,6 +363,8 @@ def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple
     )
     from seedcli.rollout import episode_metrics
 
+    # λ_opd of this update: the plan's, or 0 outside opd_start/stop_after_steps (then no teacher pass either)
+    ctx.weights = dataclasses.replace(ctx.weights, opd_coef=opd_coef_at(ctx.cfg, ctx.plan.opd_coef, step))
     log = PhaseLog(ctx.info)
     with log.timed("rollout"):  # 1. π_old plays this rank's share of the games, `group` times each
         games = sampler.next_batch()
@@ -386,6 +390,8 @@ def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple
         ctx, step, epoch=sampler.epoch, games=len(games), batch=batch, episode_summary=episode_metrics(batch.episodes),
         scored=scored, result=result, sync=sync, log=log,
     )  # fmt: skip
+    if ctx.audit_skills is not None and ctx.plan.analyzer != "none":  # skills/leak_frac: hindsight facts in the skills
+        record.update(ctx.audit_skills(batch.episodes, batch.skills))
     return record, sample_record(ctx, step, batch, scored)
 
 
@@ -410,6 +416,7 @@ def roll_out(ctx: RLContext, pool, games: list, step: int) -> list:
     if ctx.plan.analyzer == "self" and settings.rollout == "async":
         # SEED's self-analysis enters the same engine, with the same weights, the moment an episode ends
         from seedcli.analyzers.policy import SelfAnalysis
+        from seedcli.rl.phases import failed_only
 
         ctx.in_rollout_analysis = SelfAnalysis(
             ctx.engine,
@@ -417,6 +424,9 @@ def roll_out(ctx: RLContext, pool, games: list, step: int) -> list:
             seed=update_seed(cfg.seed, step, "analyze", info.rank),
             max_prompt_chars=cfg.analysis_max_chars,
             images=ctx.images,
+            attempts=cfg.analyzer_parse_retries,
+            min_words=cfg.min_skill_words,
+            failed_only=failed_only(cfg, step),
         )
     play_episodes(
         specs, policy, pool, settings, meta, mine.append, images=ctx.images, followups=ctx.in_rollout_analysis
@@ -523,6 +533,7 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
         checksum_names=names_for_config(models.lm.config, linear=not getattr(engine, "on_cpu", False)),
         insert_skill=env.insert_skill, win_reward=env.success_reward, invalid_penalty=env.invalid_penalty,
         vision_processor=_vision_processor(engine, models, meta),
+        audit_skills=lambda episodes, skills: leak_metrics(env, episodes, skills),
     )  # fmt: skip
 
 

@@ -131,6 +131,8 @@ def test_tiny_vl_pipeline_on_cpu(tmp_path, tiny_vl, env):
         assert analysed == 4 and metrics[-1]["timing_s/analyze"] > 0
     else:
         assert metrics[-1]["opd/token_frac"] > 0 and metrics[-1]["opd/loss"] != 0  # the teacher pass, with images
+        # the leak audit read the static skills: the rules skills name no card of the game
+        assert metrics[-1]["skills/leak_frac"] == 0.0 and "skills/leak_frac/ezpoints" in metrics[-1]
     assert any(o["path"].startswith("images/") for o in json.loads((rl_dir / "manifest.json").read_text())["outputs"])
 
     ev = summary(seed_cli("eval", *common, "--from", str(rl_dir), "--limit", "2", "--max-new-tokens", "8"))

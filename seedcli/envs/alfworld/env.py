@@ -126,6 +126,13 @@ class AlfWorldEnv(Environment):
 
         return rules_skill(trajectory)
 
+    def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
+        """Spans of `skill` naming a numbered receptacle or object ("drawer 3", "mug 1") that this episode's
+        observations or actions name (`rules.instance_spans`)."""
+        from seedcli.envs.alfworld.rules import instance_spans
+
+        return instance_spans(trajectory, skill)
+
     def sample_texts(self) -> list[str]:
         try:
             root = resolve_data_root(self.data_root)

@@ -35,7 +35,7 @@ from seedcli.envs.ezpoints.game import (
     resolve_data_root,
 )
 from seedcli.envs.ezpoints.game import test_seeds as _test_seeds
-from seedcli.envs.ezpoints.rules import RULES_VERSION, rules_skill
+from seedcli.envs.ezpoints.rules import RULES_VERSION, card_spans, rules_skill
 
 PROMPT_VERSION = "ezpoints-v1"  # bump whenever the prompt text changes
 CATEGORY = "ezpoints"
@@ -210,6 +210,12 @@ class EZPointsEnv(Environment):
 
     def rules_skill(self, trajectory) -> tuple[str, str]:
         return rules_skill(trajectory)
+
+    def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
+        """Spans of `skill` naming this game's cards (a card's name, or both values side by side: "5 and 7", "5+7";
+        `rules.card_spans`), read from the trajectory's task line. The winning formula holds both values, so a
+        written move sequence ("5", "+", "7", "=") is caught too."""
+        return card_spans(trajectory.task, skill)
 
     def template_texts(self) -> list[str]:
         return [

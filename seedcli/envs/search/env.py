@@ -35,7 +35,7 @@ from seedcli.envs.search.prompt import (
     passages_to_string,
 )
 from seedcli.envs.search.retriever import TOPK, Retriever, make_retriever, normalise_url
-from seedcli.envs.search.reward import answer_in_text, exact_match
+from seedcli.envs.search.reward import answer_in_text, answer_spans, exact_match
 from seedcli.envs.search.rules import RULES_VERSION
 from seedcli.errors import UserError
 
@@ -247,6 +247,12 @@ class SearchEnv(Environment):
         from seedcli.envs.search.rules import rules_skill
 
         return rules_skill(trajectory, self.category_name(getattr(trajectory, "category", "") or ""))
+
+    def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
+        """Spans of `skill` where one of the question's golden answers occurs, both normalised as exact match
+        normalises them, as whole words (`reward.answer_spans`). The question is read from the trajectory's split."""
+        task = Task(trajectory.task_id, trajectory.category, trajectory.split)
+        return answer_spans(list(self.question(task).golden_answers), skill)
 
     def sample_texts(self) -> list[str]:
         try:

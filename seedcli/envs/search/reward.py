@@ -38,3 +38,58 @@ def answer_in_text(golden_answers: list[str], text: str) -> str | None:
         if needle and f" {needle} " in haystack:
             return answer
     return None
+
+
+def _normalize_with_offsets(text: str) -> tuple[str, list[int]]:
+    """`normalize_answer(text)` built character by character, with the index in `text` each character came from.
+
+    Equal to `normalize_answer` except where lower-casing depends on context (a Greek final sigma): this lower-cases
+    one character at a time."""
+    chars = [(low, i) for i, ch in enumerate(text) for low in ch.lower() if low not in _PUNCTUATION]
+    joined = "".join(c for c, _ in chars)
+    spaced: list[tuple[str, int]] = []
+    pos = 0
+    for m in _ARTICLES.finditer(joined):  # an article becomes one space, as re.sub makes it
+        spaced += chars[pos : m.start()]
+        spaced.append((" ", chars[m.start()][1]))
+        pos = m.end()
+    spaced += chars[pos:]
+    out: list[tuple[str, int]] = []
+    for c, i in spaced:  # " ".join(text.split()): whitespace runs become one space, none at either end
+        if not c.isspace():
+            out.append((c, i))
+        elif out and out[-1][0] != " ":
+            out.append((" ", i))
+    if out and out[-1][0] == " ":
+        out.pop()
+    return "".join(c for c, _ in out), [i for _, i in out]
+
+
+def answer_spans(golden_answers: list[str], text: str) -> list[tuple[int, int]]:
+    """The (start, end) spans of `text` where a golden answer occurs as whole words, both normalised as exact match
+    normalises them ("1" is not in "1990"); overlaps merged. A span runs from the first to the last character the
+    matched words came from (an article or punctuation dropped inside it is included, at its ends not); a match
+    only whole-string lower-casing finds (a Greek final sigma) spans the whole text."""
+    exact = f" {normalize_answer(text)} "
+    norm, offsets = _normalize_with_offsets(text)
+    haystack = f" {norm} "
+    spans: list[tuple[int, int]] = []
+    for answer in golden_answers:
+        needle = normalize_answer(answer)
+        if not needle or f" {needle} " not in exact:
+            continue
+        found = False
+        k = haystack.find(f" {needle} ")
+        while k != -1:  # haystack index k + 1 is norm index k
+            spans.append((offsets[k], offsets[k + len(needle) - 1] + 1))
+            found = True
+            k = haystack.find(f" {needle} ", k + 1)
+        if not found:
+            spans.append((0, len(text)))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged

@@ -33,7 +33,7 @@ from seedcli.envs.sokoban.game import (
     resolve_data_root,
 )
 from seedcli.envs.sokoban.game import test_seeds as _test_seeds
-from seedcli.envs.sokoban.rules import RULES_VERSION, rules_skill
+from seedcli.envs.sokoban.rules import RULES_VERSION, move_spans, rules_skill
 
 PROMPT_VERSION = "sokoban-v1"  # bump whenever the prompt text changes
 CATEGORY = "sokoban"
@@ -276,6 +276,11 @@ class SokobanEnv(Environment):
 
     def rules_skill(self, trajectory) -> tuple[str, str]:
         return rules_skill(trajectory)
+
+    def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
+        """Spans of `skill` writing 4 or more consecutive moves of this episode in a row (`rules.move_spans`); the
+        episode's moves are its turns' actions without "still" (a reply that moved nothing)."""
+        return move_spans([t.action for t in trajectory.turns if t.action in MOVES], skill)
 
     def template_texts(self) -> list[str]:
         room = Sokoban(0, dim=(6, 6)).text()

@@ -23,6 +23,7 @@ from seedcli.envs.base import Environment, EnvOptions, StepResult, Task
 from seedcli.envs.webshop.data import load_shop, resolve_data_root
 from seedcli.envs.webshop.engine import WebShopSession
 from seedcli.envs.webshop.expert import admissible_actions, expert_action, random_action
+from seedcli.envs.webshop.reward import goal_spans
 from seedcli.envs.webshop.rules import RULES_VERSION
 from seedcli.errors import UserError
 
@@ -287,6 +288,12 @@ class WebShopEnv(Environment):
         from seedcli.envs.webshop.rules import rules_skill
 
         return rules_skill(trajectory)
+
+    def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
+        """Spans of `skill` naming the goal product of the trajectory's goal (`task_id` goal-N): its ASIN or its
+        title, case-insensitive (`reward.goal_spans`)."""
+        goal = self.shop().goals[self.goal_index(trajectory.task_id)]
+        return goal_spans(skill, goal["asin"], goal["name"])
 
     def sample_texts(self) -> list[str]:
         try:

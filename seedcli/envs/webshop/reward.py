@@ -16,6 +16,7 @@ Quirks kept on purpose, because every published WebShop number has them:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,23 @@ def get_reward(
         info["r_price"] = r_price
         info["w_price"] = 1 / denominator
     return total, info
+
+
+def goal_spans(skill: str, asin: str, title: str) -> list[tuple[int, int]]:
+    """The (start, end) spans of `skill` naming the goal product: its ASIN (not inside a longer run of letters and
+    digits) or its whole title (words separated by any whitespace), both case-insensitive; overlaps merged."""
+    spans: list[tuple[int, int]] = []
+    if asin.strip():
+        pattern = rf"(?<![A-Za-z0-9]){re.escape(asin.strip())}(?![A-Za-z0-9])"
+        spans += [m.span() for m in re.finditer(pattern, skill, re.IGNORECASE)]
+    words = title.split()
+    if words:
+        pattern = r"\s+".join(re.escape(w) for w in words)
+        spans += [m.span() for m in re.finditer(pattern, skill, re.IGNORECASE)]
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
