@@ -382,7 +382,7 @@ def retriever_serve(
 # what `seed runs` shows per stage: the figure a researcher looks for first
 _KEY_METRICS = {
     "collect": ("env", "episodes", "success_rate", "mean_score"),
-    "annotate": ("annotate/kept", "annotate/rejected"),
+    "annotate": ("annotate/kept", "annotate/rejected", "skills/leak_frac"),
     "sft": ("val/loss_before", "val/loss_after"),
     "rl": ("steps", "final_success_rate", "final_opd_loss"),
     "eval": ("env", "games", "macro_success", "mean_score", "partial"),

@@ -360,6 +360,19 @@ class RLConfig(RolloutConfig):
         "SEED_ANALYSIS_PARSE_RETRIES counts them: 2 = one retry)",
         json_schema_extra={"hash": "if_set"},
     )
+    # guards against skills that teach the wrong thing (issue 19 §3; not in the SEED code); hashed only when set
+    leak_guard: Literal["off", "mask", "drop"] = Field(
+        "off",
+        description="before the teacher pass: mask = replace each span of a skill the environment's leak rule finds "
+        "by '[…]'; drop = no skill (no OPD) for that episode; off = the paper",
+        json_schema_extra={"hash": "if_set"},
+    )
+    opd_contrast: Literal["none", "shuffled"] = Field(
+        "none",
+        description="shuffled = the OPD gate reads the teacher gap minus the gap under another episode's skill of "
+        "the same category (an extra teacher pass); none = the paper",
+        json_schema_extra={"hash": "if_set"},
+    )
     sample_every: int = _nohash(
         "log one episode's per-token score shift to samples.jsonl every N updates (0 = val_every, or 1 without val)",
         0,

@@ -2,6 +2,8 @@
 response token, the score shift ℓ_skill − ℓ_old (how much more likely the skill context makes the token the
 policy sampled) and the OPD gate σ(β·shift) — the paper's "score shift for the same sampled actions under ordinary
 and skill contexts". Green tokens are endorsed by the skill context, red ones rejected; stronger colour, larger shift.
+Spans of the skill that the environment's leak rule finds are shown struck through on red (`skill_leaks`), and tokens
+whose policy entropy is in the update's top 20% (forking positions, `entropy_threshold`) are underlined.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from seedcli.records import read_jsonl
 
 SAMPLES = "samples.jsonl"
 SATURATE_NATS = 2.0  # |shift| at which the colour is fully saturated
+LEAK_STYLE = "bold strike white on red"
+HIGH_ENTROPY = "underline"
 
 
 def read_samples(run: str | Path) -> list[dict]:
@@ -54,6 +58,16 @@ def shift_style(shift: float | None) -> str:
     return f"black on rgb(235,{level},{level})"
 
 
+def skill_text(skill: str, leaks: list) -> Any:
+    """The skill as rich Text, each leaked [start, end) span styled LEAK_STYLE."""
+    from rich.text import Text
+
+    text = Text(skill, style="italic")
+    for start, end in leaks:
+        text.stylize(LEAK_STYLE, int(start), int(end))
+    return text
+
+
 def render_sample(rec: dict[str, Any]):
     """Rich renderables for one sample record."""
     from rich.panel import Panel
@@ -71,8 +85,17 @@ def render_sample(rec: dict[str, Any]):
     head.append(f"task: {rec.get('task', '')}\n")
     skill = rec.get("skill")
     head.append("skill: ", style="bold")
-    head.append(skill if skill else f"(none: {rec.get('skill_reason') or 'no valid skill'})", style="italic")
+    if skill:
+        head.append_text(skill_text(skill, rec.get("skill_leaks") or []))
+        if rec.get("skill_leaks"):
+            guard = rec.get("leak_guard", "off")
+            head.append(
+                f"\n{len(rec['skill_leaks'])} leaked span(s) (struck through); leak_guard: {guard}", style="dim"
+            )
+    else:
+        head.append(f"(none: {rec.get('skill_reason') or 'no valid skill'})", style="italic")
     out.append(Panel(head, title="seed inspect", expand=True))
+    threshold = rec.get("entropy_threshold")
 
     for turn in rec.get("turns", []):
         shifts = turn.get("shift")
@@ -85,11 +108,18 @@ def render_sample(rec: dict[str, Any]):
         if shifts:
             line.append(f"  mean shift {sum(shifts) / len(shifts):+.3f}")
             line.append(f"  mean gate {sum(gates) / len(gates):.3f}")
+        entropy = turn.get("entropy")
+        high = [e >= threshold for e in entropy] if (entropy and threshold is not None) else []
+        if high:  # after the shift figures, so a narrow terminal wraps this part, not them
+            line.append(f"  high-entropy tokens {sum(high)}/{len(high)}")
         out.append(line)
         body = Text()
         for i, tok in enumerate(turn.get("tokens", [])):
             shown = tok.replace("\n", "⏎\n") or "∅"
-            body.append(shown, style=shift_style(shifts[i] if shifts and i < len(shifts) else None))
+            style = shift_style(shifts[i] if shifts and i < len(shifts) else None)
+            if i < len(high) and high[i]:
+                style = f"{style} {HIGH_ENTROPY}".strip()
+            body.append(shown, style=style)
         out.append(body)
         if shifts:
             # the most endorsed and most rejected tokens, with numbers, for terminals without colour
@@ -108,6 +138,10 @@ def render_sample(rec: dict[str, Any]):
     legend.append(" ≈ 0 ", style=shift_style(0.0))
     legend.append(" ℓ_skill < ℓ_old ", style=shift_style(-SATURATE_NATS))
     legend.append(f"  (saturates at ±{SATURATE_NATS:g} nats; gate = σ(β·shift), β = {rec.get('opd_beta', '?')})")
+    if threshold is not None:
+        legend.append("  ")
+        legend.append("underlined", style=HIGH_ENTROPY)
+        legend.append(f": entropy ≥ {threshold:.3f} (the update's top 20%)")
     out.append(legend)
     return out
 

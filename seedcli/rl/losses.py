@@ -8,17 +8,23 @@ micro-batches of different sizes weigh each token the same and results do not de
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = [
     "low_var_kl",
     "masked_mean",
     "masked_sum",
+    "high_entropy_push_frac",
     "opd_gate_stats",
+    "opd_gap",
+    "opd_harm_sums",
     "opd_loss",
     "ppo_clip_loss",
     "ppo_clip_stats",
     "token_mean",
+    "top_entropy_threshold",
     "total_loss",
 ]
 
@@ -125,17 +131,71 @@ def opd_loss(
     mask: torch.Tensor,
     beta: float = 5.0,
     denom: float | None = None,
+    contrast_logp: torch.Tensor | None = None,
+    contrast_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SEED's gated on-policy distillation loss and its gate; returns (loss, gate [B, T], detached).
 
     Δ = ℓ_skill − sg(ℓ_θ), g = sg(σ(β·Δ)), L = mean over `mask` of g·(ℓ_skill − ℓ_θ), so ∇L = −g·∇ℓ_θ / n:
     a gate-weighted NLL that raises the tokens the skill context endorses. β = 0 gives g = 0.5 (OPSD).
+    `opd_contrast: shuffled` (added; not in the SEED code): given ℓ_other (`contrast_logp`, the same tokens under
+    another episode's skill) where `contrast_mask` is 1, the gate uses Δ_c = Δ − (ℓ_other − sg ℓ_θ) = ℓ_skill −
+    ℓ_other in place of Δ; the factor g·(ℓ_skill − ℓ_θ), hence ∇L = −σ(β·Δ_c)·∇ℓ_θ / n, is unchanged.
     """
     teacher_logp = teacher_logp.detach()  # the skill-context score is a fixed target
-    delta = teacher_logp - student_logp.detach()  # [B, T]
-    gate = torch.sigmoid(beta * delta)  # [B, T], no grad: both inputs are detached
+    delta = opd_gap(student_logp.detach(), teacher_logp, contrast_logp, contrast_mask)  # [B, T]
+    gate = torch.sigmoid(beta * delta)  # [B, T], no grad: all inputs are detached
     per_token = gate * (teacher_logp - student_logp)  # [B, T]
     return token_mean(per_token, mask, denom), gate
+
+
+def opd_gap(
+    student_logp: torch.Tensor,
+    teacher_logp: torch.Tensor,
+    contrast_logp: torch.Tensor | None = None,
+    contrast_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The gap the OPD gate reads, detached: Δ = ℓ_skill − ℓ_θ, or where `contrast_mask` is 1 the contrasted
+    Δ_c = Δ − (ℓ_other − ℓ_θ) = ℓ_skill − ℓ_other."""
+    delta = teacher_logp.detach() - student_logp.detach()  # [B, T]
+    if contrast_logp is None:
+        return delta
+    other = contrast_logp.detach() - student_logp.detach()  # [B, T]
+    m = contrast_mask if contrast_mask is not None else torch.ones_like(delta)
+    return delta - torch.where(m != 0, other, torch.zeros_like(other))
+
+
+@torch.no_grad()
+def opd_harm_sums(
+    gate: torch.Tensor, gap: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(OPD weight Σ g·mask, the part of it on tokens with advantage < 0 and gap > 0): their ratio is
+    `opd/neg_adv_push_frac`, the share of OPD weight where the skill endorses what the outcome punished."""
+    weight = torch.where(mask != 0, gate * mask, torch.zeros_like(gate))  # [B, T]
+    harm = (advantages < 0) & (gap > 0)
+    return weight.sum(), torch.where(harm, weight, torch.zeros_like(weight)).sum()
+
+
+def top_entropy_threshold(entropy: torch.Tensor, top: float = 0.2) -> float | None:
+    """The k-th largest of the n entropies given, k = ceil(top·n): tokens at or above it are the top share (None
+    when there is none)."""
+    entropy = entropy.reshape(-1)
+    if entropy.numel() == 0:
+        return None
+    k = max(1, math.ceil(top * entropy.numel() - 1e-9))
+    return float(torch.topk(entropy.double(), k).values.min())
+
+
+@torch.no_grad()
+def high_entropy_push_frac(entropy: torch.Tensor, weight: torch.Tensor, top: float = 0.2) -> float:
+    """`opd/high_entropy_push_frac`: the share of OPD weight (`weight`, one per response token, 0 off OPD tokens) on
+    the tokens whose entropy is among the k = ceil(top·n) largest of all n response tokens given (ties with the k-th
+    largest count as in); 0.0 when there is no OPD weight."""
+    entropy, weight = entropy.reshape(-1).double(), weight.reshape(-1).double()  # [N]
+    total = float(weight.sum())
+    if entropy.numel() == 0 or total <= 0:
+        return 0.0
+    return float(weight[entropy >= top_entropy_threshold(entropy, top)].sum()) / total
 
 
 @torch.no_grad()

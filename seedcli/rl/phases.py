@@ -14,6 +14,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -80,6 +81,8 @@ class RLContext:
     in_rollout_analysis: Any = None  # this update's SelfAnalysis when π_old analysed inside the (async) rollout
     # the skill-leak audit the stage hands in: (episodes, skills) -> skills/leak_frac metrics (the env's own rule)
     audit_skills: Callable[[Sequence, Sequence], dict] | None = None
+    # the same rule's spans, for leak_guard: (episodes, skills) -> per episode its skill's leaked spans, or None
+    find_leaks: Callable[[Sequence, Sequence], list] | None = None
 
     def vision_inputs(self, rows: list[list[str]]) -> dict:
         """pixel_values and image_grid_thw of a micro-batch's images (each row's sha256s, in order)."""
@@ -270,6 +273,51 @@ def gather_episodes(episodes: Sequence, skills: Sequence, reasons: Sequence, inf
     return Batch([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
 
 
+# --------------------------------------------------------------------------------------------- guards
+
+GUARD_PLACEHOLDER = "[…]"
+
+
+def guard_skills(
+    skills: Sequence[str | None], spans: Sequence[list[tuple[int, int]] | None], mode: str
+) -> tuple[list[str | None], int]:
+    """(`leak_guard` applied to `skills`, how many it changed): `mask` replaces each leaked span (character offsets
+    into the skill) by GUARD_PLACEHOLDER, `drop` removes a leaking skill (its episode gets no OPD), `off` changes
+    nothing."""
+    if mode == "off":
+        return list(skills), 0
+    out: list[str | None] = []
+    changed = 0
+    for skill, leaked in zip(skills, spans, strict=True):
+        if not skill or not leaked:
+            out.append(skill)
+            continue
+        changed += 1
+        if mode == "drop":
+            out.append(None)
+            continue
+        for start, end in sorted(leaked, reverse=True):  # from the end, so earlier offsets stay valid
+            skill = skill[:start] + GUARD_PLACEHOLDER + skill[end:]
+        out.append(skill)
+    return out, changed
+
+
+def contrast_skills(episodes: Sequence, skills: Sequence[str | None], seed: int) -> list[str | None]:
+    """`opd_contrast: shuffled`: for each episode with a skill, the skill of another episode of the same category
+    whose text differs (an identical text would contrast to zero), drawn with `random.Random(seed)` in episode
+    order; None where there is no such episode."""
+    rng = random.Random(seed)
+    out: list[str | None] = []
+    for i, (ep, skill) in enumerate(zip(episodes, skills, strict=True)):
+        pool = [
+            other
+            for j, (e, other) in enumerate(zip(episodes, skills, strict=True))
+            if skill and j != i and other and other != skill and e.category == ep.category
+        ]
+        out.append(rng.choice(pool) if pool else None)
+    return out
+
+
 # --------------------------------------------------------------------------------------------- rescore
 
 
@@ -285,6 +333,8 @@ class Rescored:
     teacher_s: float  # seconds of the skill-context (teacher) pass
     shift_sum: float  # Σ (ℓ_skill − ℓ_old) over this rank's tokens with a skill
     shift_n: int
+    leak_guarded: int = 0  # skills leak_guard masked or dropped
+    contrast_s: float = 0.0  # seconds of the opd_contrast teacher pass
     sample_episode: int = 0  # the episode samples.jsonl logs, and its turns on this rank
     sample_rows: list | None = None
 
@@ -313,15 +363,22 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
         ids = engine.render([{"role": "user", "content": content_parts(text)}])
         return expand_image_tokens(ids, ctx.models.lm.config.image_token_id, ctx.image_tokens(images))
 
+    # leak_guard, then opd_contrast's other skills, on the batch's final skills (every rank holds all of them)
+    skills, guarded = list(batch.skills), 0
+    if cfg.leak_guard != "off" and ctx.find_leaks is not None:
+        skills, guarded = guard_skills(skills, ctx.find_leaks(batch.episodes, skills), cfg.leak_guard)
+    contrast = teacher and cfg.opd_contrast == "shuffled"
+    others = contrast_skills(batch.episodes, skills, update_seed(cfg.seed, step, "contrast")) if contrast else None
     samples = build_turn_samples(
         batch.episodes,
-        batch.skills,
+        skills,
         None,
         insert_skill=ctx.insert_skill,
         with_skill_context=teacher,
         win_reward=ctx.win_reward,
         invalid_penalty=ctx.invalid_penalty,
         normalize_std=cfg.advantage_norm == "mean_std",
+        contrast_skills=others,
     )
     # every rank tokenises a slice, so that all know every sample's length; then the plan deals the samples by tokens
     # and each rank tokenises what it was dealt and had not (at most twice its share, once on one process)
@@ -334,7 +391,7 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
     keep = set(mine_idx)
     for i in counted:
         if i not in keep:  # the lengths stay; the ids belong to the rank that trains on the sample
-            samples[i].prompt_ids = samples[i].skill_prompt_ids = None
+            samples[i].prompt_ids = samples[i].skill_prompt_ids = samples[i].contrast_prompt_ids = None
     render_samples(samples, [i for i in mine_idx if not samples[i].rendered], render)
     mine = [samples[i] for i in mine_idx]
     models = ctx.models
@@ -352,6 +409,7 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
         sync_count=lambda n: D.max_over_ranks(n, info),  # every rank runs as many forwards as the busiest
         vision=ctx.vision_inputs if ctx.vision_processor is not None else None,
         padding_ids=ctx.padding_ids(),
+        contrast=contrast,
     )
     D.reshard(models.train_model)
     shift_sum, shift_n = 0.0, 0
@@ -359,7 +417,8 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
         if s.skill_logp is not None:
             shift_sum += float((s.skill_logp - s.old_logp).sum())
             shift_n += len(s.response_ids)
-    out = Rescored(samples, minibatches, mine, forwards, timings.get("teacher", 0.0), shift_sum, shift_n)
+    out = Rescored(samples, minibatches, mine, forwards, timings.get("teacher", 0.0), shift_sum, shift_n, guarded)
+    out.contrast_s = timings.get("contrast", 0.0)
     if want_sample and batch.episodes:
         out.sample_episode = choose_sample_episode(batch.episodes, batch.skills)
         out.sample_rows = [
@@ -521,6 +580,8 @@ def update_metrics(
         **sync,
         **log.mem,
     }
+    if ctx.cfg.leak_guard != "off":
+        record["skills/leak_guarded"] = scored.leak_guarded
     if plan.analyzer == "self":  # won episodes `analyze: failed` left out (the SEED code's skipped_success_traj_count)
         record["analyzer/skipped_success"] = sum(r == SKIPPED_SUCCESS for r in batch.reasons)
     if result.cause:
@@ -543,18 +604,23 @@ def _gate_active_sum(mine: Sequence[TurnSample], beta: float) -> tuple[float, fl
     return float(stats["opd/gate_active_frac"]) * student.numel(), float(student.numel())
 
 
-def sample_record(ctx: RLContext, step: int, batch: Batch, scored: Rescored) -> dict | None:
-    """samples.jsonl on sampled updates (rank 0; every rank joins the gather): one episode with its skill and, per
-    response token, ℓ_old, ℓ_skill, the shift and the gate. None on other updates and other ranks."""
+def sample_record(
+    ctx: RLContext, step: int, batch: Batch, scored: Rescored, entropy_threshold: float | None = None
+) -> dict | None:
+    """samples.jsonl on sampled updates (rank 0; every rank joins the gather): one episode with its skill (and the
+    spans of it the leak rule finds) and, per response token, ℓ_old, ℓ_skill, the shift, the gate and the entropy at
+    θ (with the update's top-20% `entropy_threshold`). None on other updates and other ranks."""
     if scored.sample_rows is None:
         return None
-    rows = [row for part in D.all_gather_object(scored.sample_rows, ctx.info) for row in part]
+    entropies = {s.turn_index: s.entropy for s in scored.mine if s.episode_index == scored.sample_episode}
+    mine = [(*row, _tolist(entropies.get(row[0]))) for row in scored.sample_rows]
+    rows = [row for part in D.all_gather_object(mine, ctx.info) for row in part]
     if not ctx.info.is_main:
         return None
     chosen = scored.sample_episode
     episode, beta = batch.episodes[chosen], ctx.weights.opd_beta
     turns = []
-    for turn_index, response_ids, old, skill_lp, advantage in sorted(rows, key=lambda r: r[0]):
+    for turn_index, response_ids, old, skill_lp, advantage, entropy in sorted(rows, key=lambda r: r[0]):
         turn = episode.turns[turn_index]
         entry = {
             "turn": turn_index + 1,
@@ -564,12 +630,16 @@ def sample_record(ctx: RLContext, step: int, batch: Batch, scored: Rescored) -> 
             "tokens": [ctx.tokenizer.decode([t]) for t in response_ids],
             "old_logp": old,
         }
+        if entropy is not None:
+            entry["entropy"] = entropy
         if skill_lp is not None:
             shift = [b - a for a, b in zip(old, skill_lp, strict=False)]
             entry["skill_logp"] = skill_lp
             entry["shift"] = shift
             entry["gate"] = [1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, beta * d)))) for d in shift]
         turns.append(entry)
+    skill = batch.skills[chosen]
+    leaks = ctx.find_leaks([episode], [skill])[0] if (skill and getattr(ctx, "find_leaks", None)) else None
     return {
         "step": step,
         "episode_id": episode.episode_id,
@@ -578,12 +648,19 @@ def sample_record(ctx: RLContext, step: int, batch: Batch, scored: Rescored) -> 
         "won": episode.won,
         "score": episode.score,
         "length": episode.length,
-        "skill": batch.skills[chosen],
+        "skill": skill,
+        "skill_leaks": [list(span) for span in leaks] if leaks is not None else None,  # [start, end) in `skill`
+        "leak_guard": ctx.cfg.leak_guard,
+        "entropy_threshold": entropy_threshold,
         "skill_reason": batch.reasons[chosen],
         "skill_source": ctx.plan.analyzer,
         "opd_beta": beta,
         "turns": turns,
     }
+
+
+def _tolist(t) -> list[float] | None:
+    return t.tolist() if t is not None else None
 
 
 # --------------------------------------------------------------------------------------------- checkpoint

@@ -58,6 +58,11 @@ class TurnSample:
     prompt: str = field(default="", repr=False)  # the turn's user message, kept until rendered
     skill_prompt: str | None = field(default=None, repr=False)
     images: list[str] = field(default_factory=list)  # sha256 of each image the prompt shows, in placeholder order
+    # opd_contrast: the prompt with another episode's skill inserted, and the response's log-probs under it
+    contrast_prompt: str | None = field(default=None, repr=False)
+    contrast_prompt_ids: list[int] | None = field(default=None, repr=False)
+    contrast_logp: torch.Tensor | None = field(default=None, repr=False)
+    entropy: torch.Tensor | None = field(default=None, repr=False)  # [R] policy entropy at θ, set by the update
 
     def __post_init__(self) -> None:
         if self.prompt_ids is not None:
@@ -93,19 +98,23 @@ def build_turn_samples(
     win_reward: float = 10.0,
     invalid_penalty: float = 0.1,
     normalize_std: bool = True,
+    contrast_skills: Sequence[str | None] | None = None,
 ) -> list[TurnSample]:
     """Turn-samples of `episodes` (Trajectory records) with GRPO advantages: each turn scores
     `win_reward·won − invalid_penalty·invalid`, normalised over all turn-samples of its group (mean and std, or the
     mean only). `skills[i]` is episode i's skill (None: no valid skill, so no teacher context and no OPD on its
     tokens); `insert_skill(prompt, skill)` is the environment's skill-augmented prompt (the block after its task
     line). Turns without response tokens are dropped. `render=None` leaves the prompts untokenised: render the ones
-    this rank needs with `render_samples`."""
+    this rank needs with `render_samples`. `contrast_skills[i]` (opd_contrast): another episode's skill, inserted
+    the same way into a second teacher prompt of each of episode i's turns that has a skill prompt."""
     samples: list[TurnSample] = []
-    for ei, (ep, skill) in enumerate(zip(episodes, skills, strict=True)):
+    others = list(contrast_skills) if contrast_skills is not None else [None] * len(episodes)
+    for ei, (ep, skill, other) in enumerate(zip(episodes, skills, others, strict=True)):
         for ti, turn in enumerate(ep.turns):
             if not turn.response_ids:
                 continue
             skill_prompt = insert_skill(turn.prompt, skill) if (skill and with_skill_context) else None
+            contrast_prompt = insert_skill(turn.prompt, other) if (skill_prompt is not None and other) else None
             samples.append(
                 TurnSample(
                     episode_index=ei,
@@ -119,6 +128,7 @@ def build_turn_samples(
                     prompt=turn.prompt,
                     skill_prompt=skill_prompt,
                     images=[turn.image] * turn.prompt.count(IMAGE_PLACEHOLDER) if turn.image else [],
+                    contrast_prompt=contrast_prompt,
                 )
             )
     if samples:
@@ -148,6 +158,8 @@ def render_samples(samples: Sequence[TurnSample], indices: Iterable[int], render
         if s.skill_prompt is not None:
             s.skill_prompt_ids = tokens(s.skill_prompt)
             s.skill_prompt_len = len(s.skill_prompt_ids)
+        if s.contrast_prompt is not None:
+            s.contrast_prompt_ids = tokens(s.contrast_prompt)
 
 
 def share_lengths(samples: Sequence[TurnSample], mine: Sequence[int], gather: Callable[[Any], list[Any]]) -> None:
@@ -236,9 +248,11 @@ def rescore_samples(
     sync_count: Callable[[int], int] | None = None,
     vision: VisionFn | None = None,
     padding_ids: Sequence[int] | None = None,
+    contrast: bool = False,
 ) -> dict[str, int]:
-    """Fill ℓ_old, ℓ_ref (when `ref_fn`) and ℓ_skill (when `teacher`, for samples with a skill prompt) in place.
-    `timings` (if given) receives seconds for 'old', 'ref' and 'teacher'. With `sync_count` (several ranks) every
+    """Fill ℓ_old, ℓ_ref (when `ref_fn`) and ℓ_skill (when `teacher`, for samples with a skill prompt) in place, and
+    ℓ_other (`contrast_logp`, when `teacher` and `contrast`, for samples with a contrast prompt: opd_contrast).
+    `timings` (if given) receives seconds for 'old', 'ref', 'teacher' and 'contrast'. With `sync_count` (several ranks) every
     pass runs the same number of forwards on every rank. Returns the forwards run per pass (padding included) and
     this rank's padding forwards ("padding")."""
     import time
@@ -280,4 +294,15 @@ def rescore_samples(
         )
         for s, lp in zip(with_skill, scored, strict=True):
             s.skill_logp = lp
+        with_other = [s for s in samples if s.contrast_prompt_ids is not None]
+        if contrast:  # the extra teacher pass of opd_contrast (every rank runs as many forwards)
+            ctx = [(s.contrast_prompt_ids, s.response_ids) for s in with_other]
+            scored = timed(
+                "contrast",
+                lambda: score_responses(
+                    old_fn, ctx, sync_count=counting("contrast"), images=[s.images for s in with_other], **kw
+                ),
+            )
+            for s, lp in zip(with_other, scored, strict=True):
+                s.contrast_logp = lp
     return counts

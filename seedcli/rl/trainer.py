@@ -37,7 +37,18 @@ from seedcli.rl.distributed import (
     reshard,
 )
 from seedcli.rl.logprobs import pack_by_length, sequence_logprobs
-from seedcli.rl.losses import low_var_kl, opd_loss, ppo_clip_loss, ppo_clip_stats, token_mean, total_loss
+from seedcli.rl.losses import (
+    high_entropy_push_frac,
+    low_var_kl,
+    opd_gap,
+    opd_harm_sums,
+    opd_loss,
+    ppo_clip_loss,
+    ppo_clip_stats,
+    token_mean,
+    top_entropy_threshold,
+    total_loss,
+)
 from seedcli.rl.rescoring import TurnSample, pad_right
 from seedcli.rl.sampler import hash_seed
 
@@ -143,10 +154,11 @@ def rank_indices(plan: list[list[list[int]]], rank: int) -> list[int]:
 
 def collate(samples: Sequence[TurnSample], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Right-padded [B, T] tensors of a micro-batch: ids, attention and response masks, the re-scored ℓ_old, ℓ_ref,
-    ℓ_skill and the advantage placed at the response positions, and the OPD mask (response × valid skill)."""
+    ℓ_skill and the advantage placed at the response positions, the OPD mask (response × valid skill), and ℓ_other
+    with its mask when a sample has one (opd_contrast: scored under another episode's skill)."""
     ids, attn = pad_right([s.prompt_ids + s.response_ids for s in samples], pad_id)
     shape = ids.shape
-    resp, old, ref, skill, adv, opd = (torch.zeros(shape, dtype=torch.float32) for _ in range(6))
+    resp, old, ref, skill, adv, opd, other, other_mask = (torch.zeros(shape, dtype=torch.float32) for _ in range(8))
     for b, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
         sl = slice(p, p + r)
@@ -159,6 +171,9 @@ def collate(samples: Sequence[TurnSample], pad_id: int, device: torch.device | s
         if s.skill_logp is not None:
             skill[b, sl] = s.skill_logp
             opd[b, sl] = 1.0
+            if s.contrast_logp is not None:
+                other[b, sl] = s.contrast_logp
+                other_mask[b, sl] = 1.0
     out = {
         "input_ids": ids,
         "attention_mask": attn,
@@ -169,6 +184,8 @@ def collate(samples: Sequence[TurnSample], pad_id: int, device: torch.device | s
         "advantages": adv,
         "opd_mask": opd,
     }
+    if any(s.contrast_logp is not None for s in samples):  # opd_contrast; absent, the gate reads the plain Δ
+        out.update(contrast_logp=other, contrast_mask=other_mask)
     return {k: v.to(device) for k, v in out.items()}
 
 
@@ -226,6 +243,8 @@ _STAT_KEYS = (
     "opd",
     "gate",
     "delta",
+    "neg_adv_push",
+    "contrast_tokens",
     "padding",
     "forwards",
 )
@@ -237,11 +256,13 @@ def micro_batch_loss(
     w: LossWeights,
     use_ref: bool,
     denoms: tuple[float, float] | None = None,
+    token_stats: list[torch.Tensor] | None = None,
 ):
     """(loss, per-component losses, token-weighted sums for the metrics) of one micro-batch.
 
     `denoms` = (response tokens, OPD tokens) of the whole mini-batch across ranks: each term is then this
-    micro-batch's share of the mini-batch token mean. Without it, each term is the micro-batch's own token mean."""
+    micro-batch's share of the mini-batch token mean. Without it, each term is the micro-batch's own token mean.
+    `token_stats` (a list) receives a [2, N] CPU tensor: the entropy and OPD weight g·opd_mask of each response token."""
     vision = {k: batch[k] for k in ("pixel_values", "image_grid_thw") if k in batch}
     logp, entropy = model(
         batch["input_ids"], batch["attention_mask"], batch["response_mask"], with_entropy=True, **vision
@@ -253,8 +274,9 @@ def micro_batch_loss(
     ent = token_mean(entropy, mask, n_all)
     opd_mask = batch["opd_mask"]
     n_opd = opd_mask.sum()
+    contrast = batch.get("contrast_logp"), batch.get("contrast_mask")
     if n_opd > 0:
-        opd, gate = opd_loss(logp, batch["skill_logp"], opd_mask, w.opd_beta, denom=n_opd_all)
+        opd, gate = opd_loss(logp, batch["skill_logp"], opd_mask, w.opd_beta, n_opd_all, *contrast)
     else:
         opd, gate = logp.new_zeros(()), torch.zeros_like(logp)
     loss = total_loss(pg, kl, ent, opd, kl_coef=w.kl_coef, entropy_coef=w.entropy_coef, opd_coef=w.opd_coef)
@@ -263,6 +285,11 @@ def micro_batch_loss(
         n = mask.sum()
         clip = ppo_clip_stats(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip)
         delta = (batch["skill_logp"] - logp.detach()) * opd_mask
+        gap = opd_gap(logp, batch["skill_logp"], *contrast)  # what the gate read: Δ, or Δ_c under opd_contrast
+        _, neg_push = opd_harm_sums(gate, gap, batch["advantages"], opd_mask)
+        if token_stats is not None:
+            on = mask != 0
+            token_stats.append(torch.stack([entropy.detach()[on], (gate * opd_mask)[on]]).float().cpu())
         # token-weighted sums of this micro-batch (the metrics are token means over the whole update)
         per = float(n_all) if n_all is not None else n  # what pg, kl and ent were divided by
         per_opd = float(n_opd_all) if n_opd_all is not None else n_opd
@@ -279,6 +306,8 @@ def micro_batch_loss(
                 opd.detach() * per_opd if n_opd > 0 else opd.detach(),
                 (gate * opd_mask).sum(),
                 torch.where(opd_mask > 0, delta, torch.zeros_like(delta)).sum(),
+                neg_push,
+                (contrast[1] * opd_mask).sum() if contrast[1] is not None else torch.zeros((), device=n.device),
                 torch.zeros((), device=n.device),  # padding: counted by train_update
                 torch.zeros((), device=n.device),  # forwards: counted by train_update
             ]
@@ -307,6 +336,7 @@ def train_update(
     (the rest of its mini-batches come from the same data and would fail the same way)."""
     reshard(model)
     sums = torch.zeros(len(_STAT_KEYS), dtype=torch.float64)
+    token_stats: list[torch.Tensor] = []  # [2, N] per micro-batch: entropy and OPD weight of each response token
     grad_norms: list[float] = []
     steps = 0
     skipped, cause = False, None
@@ -334,10 +364,15 @@ def train_update(
             if vision is not None and any(s.images for s in mb):
                 batch.update({k: v.to(info.device) for k, v in vision([s.images for s in mb]).items()})
             with gradient_sync(model, enabled=sync_every or k == len(micro) - 1):
-                loss, parts, mb_sums = micro_batch_loss(model, batch, weights, use_ref, denoms)
+                mb_tokens = [] if scale > 0 else None  # padding micro-batches count for nothing
+                loss, parts, mb_sums = micro_batch_loss(model, batch, weights, use_ref, denoms, mb_tokens)
                 (loss * scale).backward()
             if scale > 0:
                 sums += mb_sums.cpu()
+                token_stats += mb_tokens
+                # each sample's entropies at θ (response tokens are contiguous per row): samples.jsonl shows them
+                for s, ent in zip(mb, mb_tokens[0][0].split([len(s.response_ids) for s in mb]), strict=True):
+                    s.entropy = ent.clone()
                 if not torch.isfinite(loss):
                     bad = [name for name, v in parts.items() if not torch.isfinite(v)] or ["total loss"]
                     local_bad.append(f"non-finite {', '.join(bad)} on rank {info.rank} (mini-batch {j + 1})")
@@ -376,10 +411,26 @@ def train_update(
         "opd/gate_mean": s["gate"] / n_opd if s["opd_tokens"] else 0.0,
         "opd/delta_mean": s["delta"] / n_opd,
         "opd/token_frac": s["opd_tokens"] / n,
+        # harm measures (issue 19 §3): shares of the OPD weight Σ g over OPD tokens, at θ
+        "opd/neg_adv_push_frac": s["neg_adv_push"] / s["gate"] if s["gate"] > 0 else 0.0,
+        **_high_entropy_push(token_stats, info),
+        "opd/contrast_token_frac": s["contrast_tokens"] / n_opd if s["opd_tokens"] else 0.0,
         "dist/padding_micro_batches": s["padding"],  # zero-weight micro-batches run so every rank ran as many
         "actor/pad_forward_frac": s["padding"] / s["forwards"] if s["forwards"] else 0.0,
     }
     return UpdateResult(metrics, skipped, cause, steps, int(s["tokens"]))
+
+
+def _high_entropy_push(token_stats: list[torch.Tensor], info: DistInfo) -> dict[str, float]:
+    """`opd/high_entropy_push_frac` over every rank's response tokens of the update (the top 20% is the update's),
+    and the entropy at which that top 20% starts (`actor/entropy_top20_threshold`, when there are tokens)."""
+    local = torch.cat(token_stats, dim=1) if token_stats else torch.zeros(2, 0)  # [2, N]
+    both = torch.cat(all_gather_object(local, info), dim=1)
+    out = {"opd/high_entropy_push_frac": high_entropy_push_frac(both[0], both[1])}
+    threshold = top_entropy_threshold(both[0])
+    if threshold is not None:
+        out["actor/entropy_top20_threshold"] = threshold
+    return out
 
 
 class NonFiniteGuard:

@@ -45,7 +45,7 @@ from seedcli.images import IMAGES_DIR, run_images
 from seedcli.rl.phases import Plan, RLContext
 from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
 from seedcli.rl.skill_library import SkillCategories, default_library_path, load_skill_library
-from seedcli.skill_leaks import leak_metrics
+from seedcli.skill_leaks import find_leaks, leak_metrics
 
 DEFAULT_STATIC_SKILLS = REPO_ROOT / "data" / "static_skills.json"
 WORKER_FILE = "worker.json"
@@ -380,6 +380,8 @@ def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple
         scored = rescore(ctx, batch, step, want_sample)
     log.memory("rescore")
     log.timing["rescore_teacher"] = scored.teacher_s
+    if ctx.cfg.opd_contrast != "none":  # the extra teacher pass under another episode's skill
+        log.timing["rescore_contrast"] = scored.contrast_s
     with log.timed("update"):  # 4-5. group advantages; one epoch of PPO + KL − entropy + λ·OPD on θ
         result = update_policy(ctx, scored)
     log.memory("update")
@@ -392,7 +394,7 @@ def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple
     )  # fmt: skip
     if ctx.audit_skills is not None and ctx.plan.analyzer != "none":  # skills/leak_frac: hindsight facts in the skills
         record.update(ctx.audit_skills(batch.episodes, batch.skills))
-    return record, sample_record(ctx, step, batch, scored)
+    return record, sample_record(ctx, step, batch, scored, result.metrics.get("actor/entropy_top20_threshold"))
 
 
 def roll_out(ctx: RLContext, pool, games: list, step: int) -> list:
@@ -534,6 +536,7 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
         insert_skill=env.insert_skill, win_reward=env.success_reward, invalid_penalty=env.invalid_penalty,
         vision_processor=_vision_processor(engine, models, meta),
         audit_skills=lambda episodes, skills: leak_metrics(env, episodes, skills),
+        find_leaks=lambda episodes, skills: find_leaks(env, episodes, skills),
     )  # fmt: skip
 
 
