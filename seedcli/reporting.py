@@ -43,6 +43,15 @@ TASK_TYPE_NAMES = {
 PAPER_MODEL = "Qwen2.5-3B"
 PAPER_RESULTS: dict[str, dict[str, dict[str, float]]] = env_class("alfworld").paper_results
 
+# The paper's baseline rows on the text environments come from SDAR's paper (the authors confirmed it in the official
+# repository's issue #2), and the two papers ran ALFWorld with different episode lengths.
+SDAR_SHARED_ENVS = ("alfworld", "webshop", "search")
+BASELINE_NOTE = (
+    "The paper's baseline rows are shared with SDAR's paper (confirmed by the SEED authors in the official "
+    "repository's issue #2)."
+)
+ALFWORLD_STEPS_NOTE = " SDAR runs ALFWorld with 50 steps per episode, SEED with 30."
+
 # Metrics a results.json holds and how they are shown; environments pick theirs (`metric_labels`).
 _METRIC_KEYS = ("macro_success", "micro_success", "mean_score", "macro_score")
 
@@ -386,6 +395,8 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
             cells = " | ".join(_metric_cell(row, k) if k in row else "—" for k in keys)
             lines.append(f"| {method} (paper) | {cells} |")
         lines += ["", env.paper_note]
+        if env.name in SDAR_SHARED_ENVS and any(method != "SEED" for method in paper):
+            lines += ["", BASELINE_NOTE + (ALFWORLD_STEPS_NOTE if env.name == "alfworld" else "")]
     else:
         known = ", ".join(env.paper_results) or "none"
         lines.append(f"The paper reports no {env.title} numbers for split `{split}` (only {known}).")

@@ -120,7 +120,9 @@ def test_report_marks_partial_and_places_paper_rows(results):
     assert "| Micro average | 4 | 2 | 50.0% |" in md
     assert "Paper (Qwen2.5-3B, DESIGN.md §1)" in md
     assert "| SEED (paper) | 86.2% |" in md and "| GRPO (paper) | 70.9% |" in md
-    assert "SDAR" not in md  # the paper gives SDAR on valid_seen only
+    assert "| SDAR (paper)" not in md  # the paper gives SDAR on valid_seen only
+    # the baseline rows come from SDAR's paper, which ran ALFWorld with 50 steps (SEED: 30)
+    assert "shared with SDAR's paper" in md and "SDAR runs ALFWorld with 50 steps per episode, SEED with 30." in md
     assert "30.0%" in md and "(3 of 10 turns)" in md  # invalid-action rate
     assert "Tokens generated: 52" in md and "1m 16s" in md
 
