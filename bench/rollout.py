@@ -14,6 +14,13 @@ tokens; then whether the two produced identical trajectories and analyses (same 
     .venv/bin/python bench/rollout.py --quick          # ALFWorld, 4 tasks x 4, 6 turns: minutes on 2 cores
     .venv/bin/python bench/rollout.py --paper          # the paper's shape: 16 tasks x 8, 30 turns, 128 in flight
     .venv/bin/python bench/rollout.py --env sokoban    # no data files, environment steps cost microseconds
+    .venv/bin/python bench/rollout.py --paper --simulate   # engine steps of the paper's shape from the lengths alone
+
+`--simulate` counts the decode steps both schedules take for the same forced lengths without a model or an
+environment (every episode plays all its turns, an environment step costs no engine step): lockstep decodes each
+turn in `rows`-sized sub-batches until the longest reply, async keeps `rows` requests decoding and admits the next
+one the step after a reply ends. A random tiny model never wins an ALFWorld game, so its episodes do play all
+turns; on this CPU the real `--paper` run's lockstep half alone takes over an hour.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 MEAN, SIGMA, CAP = 150.0, 0.8, 512
+ANALYSIS_ATTEMPTS = 2  # --simulate: the first analysis and the schema-reminder retry (a random model fails both)
 
 
 def lognormal_lengths(seed: int, mean: float = MEAN, sigma: float = SIGMA, cap: int = CAP):
@@ -103,6 +111,37 @@ def warm_up(engine) -> None:
         scheduler.step()
 
 
+def simulate(args, lengths) -> tuple[int, int]:
+    """(lockstep steps, async steps) for the bench's episodes, forced lengths and analysis, with no model."""
+    from seedcli.rollout import _derive_seed
+
+    episodes = [f"b{i:03d}-r{r:02d}" for i in range(args.tasks) for r in range(args.group)]
+    plan = {e: [lengths(_derive_seed(args.seed, e, t)) for t in range(args.max_steps)] for e in episodes}
+    lockstep = 0
+    for t in range(args.max_steps):
+        turn = [plan[e][t] for e in episodes]
+        lockstep += sum(max(turn[i : i + args.rows]) for i in range(0, len(turn), args.rows))
+    # a random model's analysis never parses: every episode is asked twice (the schema-reminder retry)
+    lockstep += ANALYSIS_ATTEMPTS * -(-len(episodes) // args.rows) * args.analysis_tokens
+    # async: a FIFO of ready requests, `rows` decoding at once; a finished turn's next request is ready next step
+    waiting = [(e, 0) for e in episodes]
+    running: dict[tuple[str, int], int] = {}
+    steps = 0
+    while waiting or running:
+        while waiting and len(running) < args.rows:
+            e, t = waiting.pop(0)
+            running[(e, t)] = plan[e][t] if t < args.max_steps else args.analysis_tokens
+        steps += 1
+        for key in list(running):
+            running[key] -= 1
+            if running[key] == 0:
+                del running[key]
+                e, t = key
+                if t < args.max_steps + ANALYSIS_ATTEMPTS - 1:
+                    waiting.append((e, t + 1))  # the next turn, then the analysis and its retry
+    return lockstep, steps
+
+
 def same(a: dict, b: dict) -> tuple[int, int]:
     """(identical, total): episodes with the same tokens (log-probs within 1e-4) and the same analysis answer."""
     k = 0
@@ -137,11 +176,22 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="4 tasks x 4, 6 turns, 16 rows (minutes on 2 cores)")
     ap.add_argument("--paper", action="store_true", help="16 tasks x 8, 30 turns, 128 rows (the paper's update)")
+    ap.add_argument("--simulate", action="store_true", help="count the engine steps from the lengths alone (no model)")
     args = ap.parse_args()
     if args.quick:
         args.tasks, args.group, args.max_steps, args.rows = 4, 4, 6, 16
     if args.paper:
         args.tasks, args.group, args.max_steps, args.rows = 16, 8, 30, 128
+
+    if args.simulate:
+        lengths, described = lognormal_lengths(args.seed)
+        lock, asyn = simulate(args, lengths)
+        print(
+            f"rollout bench (simulated: {args.tasks} tasks x {args.group}, {args.max_steps} turns, {args.rows} rows, "
+            f"{described}, analysis {args.analysis_tokens} tokens): lockstep {lock} steps | async {asyn} steps | "
+            f"steps ratio {lock / max(asyn, 1):.2f}"
+        )
+        return
 
     import torch
 
