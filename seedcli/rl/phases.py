@@ -215,6 +215,40 @@ def failed_only(cfg: RLConfig, step: int) -> bool:
 # --------------------------------------------------------------------------------------------- analyse
 
 
+def in_rollout_analysis(ctx: RLContext, step: int, rollout: str) -> Any:
+    """SEED's self-analysis served inside the rollout (`rollout: async`): a finished episode's analysis enters the
+    same engine, with the same weights, the moment it ends (`SelfAnalysis`); None when π_old does not analyse, or
+    analyses after the rollout (lockstep)."""
+    cfg = ctx.cfg
+    if ctx.plan.analyzer != "self" or rollout != "async":
+        return None
+    from seedcli.analyzers.policy import SelfAnalysis
+
+    return SelfAnalysis(
+        ctx.engine,
+        cfg.analyzer_max_new_tokens,
+        seed=update_seed(cfg.seed, step, "analyze", ctx.info.rank),
+        max_prompt_chars=cfg.analysis_max_chars,
+        images=ctx.images,
+        attempts=cfg.analyzer_parse_retries,
+        min_words=cfg.min_skill_words,
+        failed_only=failed_only(cfg, step),
+    )
+
+
+def vision_processor(engine, models, meta: dict) -> Any:
+    """A vision-language policy's image processor (None for a text model)."""
+    if getattr(models.lm.config, "vision_config", None) is None:
+        return None
+    processor = getattr(engine, "image_processor", None)
+    if processor is None:
+        from seedcli.engines.vision import load_image_processor
+
+        processor = load_image_processor(meta["model_id"])
+    return processor
+
+
+
 def analyse(ctx: RLContext, episodes: Sequence, step: int) -> tuple[list[str | None], list[str | None]]:
     """(skill, rejection reason) of each of this rank's episodes: π_old writes a skill for each finished episode
     (greedy, the shared analysis prompt and parser; won ones are skipped when `failed_only`), or the static library
@@ -586,6 +620,9 @@ def update_metrics(
         record["analyzer/skipped_success"] = sum(r == SKIPPED_SUCCESS for r in batch.reasons)
     if result.cause:
         record["actor/skip_cause"] = result.cause
+    audit = getattr(ctx, "audit_skills", None)  # skills/leak_frac: hindsight facts in the skills (the stage hands it in)
+    if audit is not None and plan.analyzer != "none":
+        record.update(audit(batch.episodes, batch.skills))
     return record
 
 

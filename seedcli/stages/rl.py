@@ -42,7 +42,7 @@ from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, open_run,
 from seedcli.config import RLConfig
 from seedcli.errors import UserError
 from seedcli.images import IMAGES_DIR, run_images
-from seedcli.rl.phases import Plan, RLContext
+from seedcli.rl.phases import Plan, RLContext, in_rollout_analysis, vision_processor
 from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
 from seedcli.rl.skill_library import SkillCategories, default_library_path, load_skill_library
 from seedcli.skill_leaks import find_leaks, leak_metrics
@@ -392,8 +392,6 @@ def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple
         ctx, step, epoch=sampler.epoch, games=len(games), batch=batch, episode_summary=episode_metrics(batch.episodes),
         scored=scored, result=result, sync=sync, log=log,
     )  # fmt: skip
-    if ctx.audit_skills is not None and ctx.plan.analyzer != "none":  # skills/leak_frac: hindsight facts in the skills
-        record.update(ctx.audit_skills(batch.episodes, batch.skills))
     return record, sample_record(ctx, step, batch, scored, result.metrics.get("actor/entropy_top20_threshold"))
 
 
@@ -414,22 +412,7 @@ def roll_out(ctx: RLContext, pool, games: list, step: int) -> list:
     mine: list = []
     meta = {**ctx.meta, "model_hash": f"{ctx.meta.get('model_hash', '')[:16]}+update{step - 1}"}
     policy = ModelPolicy(ctx.engine, settings, cfg.gen_batch)
-    ctx.in_rollout_analysis = None
-    if ctx.plan.analyzer == "self" and settings.rollout == "async":
-        # SEED's self-analysis enters the same engine, with the same weights, the moment an episode ends
-        from seedcli.analyzers.policy import SelfAnalysis
-        from seedcli.rl.phases import failed_only
-
-        ctx.in_rollout_analysis = SelfAnalysis(
-            ctx.engine,
-            cfg.analyzer_max_new_tokens,
-            seed=update_seed(cfg.seed, step, "analyze", info.rank),
-            max_prompt_chars=cfg.analysis_max_chars,
-            images=ctx.images,
-            attempts=cfg.analyzer_parse_retries,
-            min_words=cfg.min_skill_words,
-            failed_only=failed_only(cfg, step),
-        )
+    ctx.in_rollout_analysis = in_rollout_analysis(ctx, step, settings.rollout)
     play_episodes(
         specs, policy, pool, settings, meta, mine.append, images=ctx.images, followups=ctx.in_rollout_analysis
     )
@@ -534,22 +517,10 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
         base_settings=settings_from(cfg), check_sync=check_sync,
         checksum_names=names_for_config(models.lm.config, linear=not getattr(engine, "on_cpu", False)),
         insert_skill=env.insert_skill, win_reward=env.success_reward, invalid_penalty=env.invalid_penalty,
-        vision_processor=_vision_processor(engine, models, meta),
+        vision_processor=vision_processor(engine, models, meta),
         audit_skills=lambda episodes, skills: leak_metrics(env, episodes, skills),
         find_leaks=lambda episodes, skills: find_leaks(env, episodes, skills),
     )  # fmt: skip
-
-
-def _vision_processor(engine, models, meta: dict):
-    """A vision-language policy's image processor (None for a text model)."""
-    if getattr(models.lm.config, "vision_config", None) is None:
-        return None
-    processor = getattr(engine, "image_processor", None)
-    if processor is None:
-        from seedcli.engines.vision import load_image_processor
-
-        processor = load_image_processor(meta["model_id"])
-    return processor
 
 
 def _probe_texts(history: int) -> tuple[str, str]:
