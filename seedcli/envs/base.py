@@ -394,3 +394,14 @@ def parse_think_action(response: str) -> tuple[str, bool]:
     action = actions[-1].strip().lower() if actions else ""
     action = " ".join(action.split())
     return action, bool(think) and bool(action)
+
+
+def merge_spans(spans) -> list[tuple[int, int]]:
+    """Character spans sorted, with overlapping or touching ones merged (the leak rules' answer)."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from seedcli.envs.base import merge_spans
+
 RULES_VERSION = "ezpoints-rules-v1"
 
 _RANKS = {"Ace": 1, "Jack": 10, "Queen": 10, "King": 10}
@@ -93,10 +95,4 @@ def card_spans(task: str, skill: str) -> list[tuple[int, int]]:
         a, b = (rf"(?<![\d.]){n}(?![\d])" for n in numbers)
         for first, second in {(a, b), (b, a)}:
             spans += [m.span() for m in re.finditer(rf"{first}{_PAIR_SEP}{second}", skill, re.IGNORECASE)]
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+    return merge_spans(spans)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import string
 
+from seedcli.envs.base import merge_spans
+
 # Search-R1 removes only `string.punctuation` (ASCII); curly quotes, en dashes etc. stay and must match verbatim
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -86,10 +88,4 @@ def answer_spans(golden_answers: list[str], text: str) -> list[tuple[int, int]]:
             k = haystack.find(f" {needle} ", k + 1)
         if not found:
             spans.append((0, len(text)))
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+    return merge_spans(spans)

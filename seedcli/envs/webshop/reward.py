@@ -23,6 +23,7 @@ from typing import Any
 
 from thefuzz import fuzz
 
+from seedcli.envs.base import merge_spans
 from seedcli.errors import UserError
 
 COLOR_SET = [
@@ -297,10 +298,4 @@ def goal_spans(skill: str, asin: str, title: str) -> list[tuple[int, int]]:
     if words:
         pattern = r"\s+".join(re.escape(w) for w in words)
         spans += [m.span() for m in re.finditer(pattern, skill, re.IGNORECASE)]
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+    return merge_spans(spans)
