@@ -91,15 +91,10 @@ class PolicyAnalyzer:
         """All conversations through one generate call (greedy at temperature 0)."""
         if not conversations:
             return []
-        local = [engine_messages(m) for m in conversations]
-        prompts = [list(self.engine.render(m)) for m, _ in local]
+        local = [engine_prompt(self.engine, m) for m in conversations]
+        prompts = [ids for ids, _ in local]
         extra = {}
         if any(images for _, images in local):  # a visual analysis: the engine sees each step's image
-            if not getattr(self.engine, "vision", False):
-                raise UserError(
-                    "the episodes were played from images but the analyzer's model has no vision tower; analyse them "
-                    "with a vision-language model (e.g. one from `seed model init --preset tiny-vl`)"
-                )
             extra["images"] = [images for _, images in local]
         t0 = time.monotonic()
         completions = self.engine.generate(
@@ -153,6 +148,26 @@ def engine_messages(messages: list[dict]) -> tuple[list[dict], list]:
     return out, images
 
 
+def engine_prompt(engine: Any, messages: list[dict]) -> tuple[list[int], list]:
+    """(token ids, images) of OpenAI-style analysis messages on a local engine; images need a vision tower."""
+    local, images = engine_messages(messages)
+    if images and not getattr(engine, "vision", False):
+        raise UserError(
+            "the episodes were played from images but the analyzer's model has no vision tower; analyse them "
+            "with a vision-language model (e.g. one from `seed model init --preset tiny-vl`)"
+        )
+    return list(engine.render(local)), images
+
+
+def question_images(trajectory: Any, prompt: str, images: Any) -> list[bytes]:
+    """The PNGs a trajectory's analysis `prompt` shows (none for a text episode), read from `images` (the run's
+    ImageStore, sha256 checked)."""
+    shas = analysis_images(trajectory, prompt)
+    if shas and images is None:
+        raise ValueError("a visual episode's analysis needs the run's images (pass images=ImageStore)")
+    return [images.load(sha) for sha in shas]
+
+
 def analyze_with_engine(
     engine: Any,
     items: Sequence[Any],
@@ -175,12 +190,10 @@ def analyze_with_engine(
         else render_trajectory_analysis(item, max_prompt_chars, description=env_class(item.env).analysis_description)
         for item in items
     ]
-    pngs: list[list[bytes]] = []
-    for item, prompt in zip(items, prompts, strict=True):
-        shas = [] if isinstance(item, str) else analysis_images(item, prompt)
-        if shas and images is None:
-            raise ValueError("a visual episode's analysis needs the run's images (pass images=ImageStore)")
-        pngs.append([images.load(sha) for sha in shas])
+    pngs = [
+        [] if isinstance(item, str) else question_images(item, prompt, images)
+        for item, prompt in zip(items, prompts, strict=True)
+    ]
     analyzer = PolicyAnalyzer(engine, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     first = analyzer.analyze_batch([analysis_messages(p, images=im) for p, im in zip(prompts, pngs, strict=True)])
     parsed = [parse_skill(r.text, min_words) for r in first]
@@ -229,14 +242,10 @@ class SelfAnalysis:
     def _request(self, episode_id: str, attempt: int, messages: list[dict]) -> Any:
         from seedcli.engines.scheduling import Request
 
-        local, images = engine_messages(messages)
-        if images and not getattr(self.engine, "vision", False):
-            raise UserError(
-                "the episodes were played from images but the policy has no vision tower; use a vision-language model"
-            )
+        ids, images = engine_prompt(self.engine, messages)
         return Request(
             tag=(episode_id, attempt),
-            ids=list(self.engine.render(local)),
+            ids=ids,
             seed=self.seed,
             temperature=0.0,
             top_p=1.0,
@@ -251,10 +260,7 @@ class SelfAnalysis:
         prompt = render_trajectory_analysis(
             trajectory, self.max_prompt_chars, description=env_class(trajectory.env).analysis_description
         )
-        shas = analysis_images(trajectory, prompt)
-        if shas and self.images is None:
-            raise ValueError("a visual episode's analysis needs the run's images (pass images=ImageStore)")
-        pngs = [self.images.load(sha) for sha in shas]
+        pngs = question_images(trajectory, prompt, self.images)
         self._asked[trajectory.episode_id] = (prompt, pngs)
         return [self._request(trajectory.episode_id, 0, analysis_messages(prompt, images=pngs))]
 

@@ -51,9 +51,8 @@ def decode_steps(engine: Any, lengths: list[int]) -> int:
         return 0
     if getattr(engine, "name", "") != "hf":  # vLLM decodes the whole call together
         return max(lengths)
-    size = max(1, int(getattr(engine, "max_batch", len(lengths))))
-    ordered = lengths  # the hf engine sorts by prompt length; the caller passes lengths in that order
-    return sum(max(ordered[i : i + size]) for i in range(0, len(ordered), size))
+    size = max(1, int(getattr(engine, "max_batch", len(lengths))))  # the caller passes lengths in the engine's order
+    return sum(max(lengths[i : i + size]) for i in range(0, len(lengths), size))
 
 
 def generate_requests(engine: Any, requests: list[Request], gen_batch: int) -> tuple[list[Completion], int]:
