@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# CPU method check (issue 7): warm-started tiny agent → Stage 1 (collect → annotate → sft) → GRPO and SEED from the
-# same checkpoint and seed → eval seen/unseen → docs/method-check.md regenerated from the run directories.
-#   make method-check                          # the whole check, fresh runs, PARALLEL=1 (about an hour on two idle cores)
-#   PARALLEL=1 bash scripts/method_check.sh    # independent steps (the two RL runs, seen/unseen evals) side by side
-#   REPORT_ONLY=1 bash scripts/method_check.sh # only regenerate the document from the last run
+# CPU method check (issue 19): one warm-started tiny text-Sokoban agent → for every seed and arm of the config's
+# `method_check` section, `seed rl` from that same warm start → `seed eval` of every final model on the same test
+# rooms → docs/method-check.md regenerated from the run directories (mean ± std per arm, paired differences per seed,
+# the leak and harm measures, the cost per update).
+#   make method-check                           # the whole check, fresh runs, JOBS=2 steps at a time (~100 min)
+#   REPORT_ONLY=1 bash scripts/method_check.sh  # only regenerate the document from the last run
 #   WARM_FROM=DIR bash scripts/method_check.sh  # reuse a model trained by `seed model init --warm-start expert`
-#   RESUME=1 bash scripts/method_check.sh      # keep the steps index.json lists as done (delete an entry to redo it)
+#   RESUME=1 bash scripts/method_check.sh       # keep the steps index.json lists as done (delete an entry to redo it)
 # Every command and its wall time are appended to $RUNS/commands.jsonl; $RUNS/index.json names the run of each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=${CONFIG:-configs/method_check.yaml}
 RUNS=${RUNS:-runs/method-check}
 DOC=${DOC:-docs/method-check.md}
+JOBS=${JOBS:-2}
 # one thread per process: on two shared cores, two threads ran the tiny model 4x slower than one (contention)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 PY=${PY:-python}
-export PARALLEL=${PARALLEL:-${RL_PARALLEL:-0}}
 cfg() { $PY -c "import sys,yaml; d=yaml.safe_load(open('$CONFIG')); print(d$1)"; }
+ENV=$(cfg "['env']")
 SEED=$(cfg "['seed']")
 GAMES=$(cfg "['warm_start']['games']")
 EPOCHS=$(cfg "['warm_start']['epochs']")
@@ -57,83 +59,74 @@ if int(rc) == 0:
     data[name] = run
 index.write_text(json.dumps(data, indent=1))
 PYEOF
-  if [ "$rc" != 0 ]; then echo "step $name failed (rc $rc): see $LOGS/$name.log" >&2; tail -5 "$LOGS/$name.log" >&2; exit "$rc"; fi
+  if [ "$rc" != 0 ]; then echo "step $name failed (rc $rc): see $LOGS/$name.log" >&2; tail -5 "$LOGS/$name.log" >&2; return "$rc"; fi
 }
-# pair <name> <command...> -- <name> <command...>: two independent steps, side by side with PARALLEL=1
-pair() {
-  local first=() second=() seen=0 arg
-  for arg in "$@"; do
-    if [ "$arg" = "--" ] && [ $seen = 0 ]; then seen=1; continue; fi
-    if [ $seen = 0 ]; then first+=("$arg"); else second+=("$arg"); fi
+# pool: read "name<TAB>command" lines on stdin and run them, at most $JOBS at a time; fails if any failed
+pool() {
+  local name cmd failed=0
+  while IFS=$'\t' read -r name cmd; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+    # shellcheck disable=SC2086  # the command is split into words on purpose (no argument holds a space)
+    record "$name" $cmd &
+    sleep 2  # distinct run-directory timestamps
   done
-  if [ "$PARALLEL" = 1 ]; then
-    record "${first[@]}" & local p1=$!
-    sleep 3  # distinct run-directory timestamps
-    record "${second[@]}" & local p2=$!
-    local rc=0
-    wait $p1 || rc=$?
-    wait $p2 || rc=$?
-    [ $rc = 0 ] || exit $rc
-  else
-    record "${first[@]}"
-    record "${second[@]}"
-  fi
+  while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+  [ $failed = 0 ] || { echo "some steps failed; rerun with RESUME=1 to redo only those" >&2; exit 1; }
 }
 # done_step <name>: the step has a successful entry in index.json (RESUME=1 keeps it)
 done_step() { $PY -c "import json,sys; d=json.load(open('$RUNS/index.json')); sys.exit(0 if '$1' in d else 1)" 2>/dev/null; }
 run_of() { $PY -c "import json; print(json.load(open('$RUNS/index.json'))['$1'])"; }
+# the rl (or eval) steps of every seed × arm, one "name<TAB>command" line each
+steps() {
+  $PY - "$CONFIG" "$1" <<'PYEOF'
+import json, os, sys, yaml
+config, kind = sys.argv[1:]
+mc = yaml.safe_load(open(config))["method_check"]
+index = json.load(open(os.environ["RUNS"] + "/index.json")) if kind == "eval" else {}
+for seed in mc["seeds"]:
+    for arm, args in mc["arms"].items():
+        name = f"{arm}_s{seed}"
+        if kind == "rl":
+            print(f"rl_{name}\tseed rl -c {config} --runs-dir $RUNS --model $MODEL seed={seed} {args} --json")
+        elif f"rl_{name}" in index:
+            print(f"eval_{name}\tseed eval -c {config} --runs-dir $RUNS --from {index[f'rl_{name}']} --json")
+PYEOF
+}
 
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
   if [ "${RESUME:-0}" != 1 ] && [ -d "$RUNS" ]; then mv "$RUNS" "$RUNS.old-$(date -u +%Y%m%dT%H%M%SZ)"; fi
   mkdir -p "$LOGS" "$RUNS/models"
-  [ -f "$RUNS/machine.json" ] || $PY - "$RUNS" "$CONFIG" <<'PYEOF'
-import json, os, platform, subprocess, sys, time
-runs, config = sys.argv[1:]
+  export RUNS MODEL
+  [ -f "$RUNS/machine.json" ] || $PY - "$RUNS" "$CONFIG" "$JOBS" <<'PYEOF'
+import json, os, platform, sys, time
+runs, config, jobs = sys.argv[1:]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
 mem = next((int(l.split()[1]) // 1024 // 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), None)
 info = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": cpu, "cores": os.cpu_count(),
         "memory_gib": mem, "load_avg_at_start": os.getloadavg(), "python": platform.python_version(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "parallel": os.environ.get("PARALLEL", "0"),
-        "config": config, "gpu": "none"}
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "jobs": int(jobs), "config": config, "gpu": "none"}
 json.dump(info, open(f"{runs}/machine.json", "w"), indent=1)
 PYEOF
 
-  # 1. warm start: behaviour-clone the expert's walkthroughs in the agent prompt format
+  # 1. warm start: behaviour-clone the environment's expert (BFS) in the agent prompt format
   if [ -n "${WARM_FROM:-}" ]; then
     # reuse a model this same command trained earlier (its warmstart.json says how); the document says so
     [ -f "$WARM_FROM/warmstart.json" ] || { echo "WARM_FROM=$WARM_FROM has no warmstart.json" >&2; exit 2; }
     record warmstart_reused cp -r "$WARM_FROM" "$MODEL"
   else
-    # nothing else runs during the warm start: two threads train it ~1.8x faster than one
-    record warmstart env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 \
-      seed model init --preset tiny --out "$MODEL" --seed "$SEED" --warm-start expert --games "$GAMES" --epochs "$EPOCHS"
+    # nothing else runs during the warm start: two threads train it faster than one
+    record warmstart env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 seed model init --preset tiny --out "$MODEL" \
+      --seed "$SEED" --warm-start expert --env "$ENV" --games "$GAMES" --epochs "$EPOCHS" --no-skill-writing
   fi
-  pair eval_warm_seen seed eval -c "$CONFIG" --runs-dir "$RUNS" --model "$MODEL" --split seen --json \
-    -- eval_warm_unseen seed eval -c "$CONFIG" --runs-dir "$RUNS" --model "$MODEL" --split unseen --json
 
-  # 2. Stage 1: the warm-started policy plays training games, the offline analyzer writes skills, SFT on them
-  record collect seed collect -c "$CONFIG" --runs-dir "$RUNS" --model "$MODEL" --json
-  record annotate seed annotate -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of collect)" --json
-  record sft seed sft -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of annotate)" --json
-  SFT=$(run_of sft)
+  # 2. Stage 2 from the same warm start, every seed × arm, $JOBS at a time; the warm start's own eval beside them
+  { printf 'eval_warm\tseed eval -c %s --runs-dir %s --model %s --json\n' "$CONFIG" "$RUNS" "$MODEL"
+    steps rl | sed "s|\$RUNS|$RUNS|g; s|\$MODEL|$MODEL|g"; } | pool
 
-  # 3. Stage 2 from the same checkpoint and seed: GRPO, then SEED with the self-analyzer
-  pair rl_grpo seed rl -c "$CONFIG" --runs-dir "$RUNS" --from "$SFT" --algo grpo --analyzer none --json \
-    -- rl_seed seed rl -c "$CONFIG" --runs-dir "$RUNS" --from "$SFT" --algo seed --analyzer self --json
-
-  # 4. both final models on every seen and unseen game (ordinary prompt, no skill)
-  for algo in grpo seed; do
-    RL=$(run_of "rl_$algo")
-    pair "eval_${algo}_seen" seed eval -c "$CONFIG" --runs-dir "$RUNS" --from "$RL" --split seen --json \
-      -- "eval_${algo}_unseen" seed eval -c "$CONFIG" --runs-dir "$RUNS" --from "$RL" --split unseen --json
-  done
+  # 3. every final model on the same test rooms (ordinary prompt, no skill)
+  steps eval | sed "s|\$RUNS|$RUNS|g" | pool
 fi
 
-# 5. the score shift of Stage-1's sampled tokens under ordinary vs skill context (the teacher pass, offline)
-if [ "${REPORT_ONLY:-0}" != 1 ]; then record stage1_shift $PY scripts/method_check_report.py --runs "$RUNS" --shift-only; fi
-
-# 6. the training curves of both runs on one plot, then the document (every number read from the run directories)
-mkdir -p "$(dirname "$DOC")/method-check"
-seed plot "$(run_of rl_grpo)" "$(run_of rl_seed)" --out "$RUNS/plots" > /dev/null
+# 4. the document (every number read from the run directories)
 $PY scripts/method_check_report.py --runs "$RUNS" --out "$DOC"
 echo "== done ($(( $(date +%s) - t0 ))s): $DOC"

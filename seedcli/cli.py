@@ -318,11 +318,19 @@ def model_init(
     ),
     seed: int = typer.Option(0, "--seed", help="initialisation seed"),
     warm_start: str | None = typer.Option(
-        None, "--warm-start", help="expert: behaviour-clone ALFWorld's searching expert (+ skill writing)"
+        None,
+        "--warm-start",
+        help="expert: behaviour-clone the environment's expert (ALFWorld: its searching expert) (+ skill writing)",
     ),
-    games: int = typer.Option(240, "--games", help="training games for --warm-start (ALFWorld's train split)"),
+    env: str = typer.Option("alfworld", "--env", help="--warm-start: whose expert (alfworld, sokoban, ...)"),
+    games: int = typer.Option(240, "--games", help="training games (tasks) for --warm-start, from the train split"),
     epochs: int = typer.Option(4, "--epochs", help="epochs for --warm-start"),
     noise: float = typer.Option(0.2, "--noise", min=0.0, max=0.9, help="--warm-start: share of random turns"),
+    skill_writing: bool = typer.Option(
+        True,
+        "--skill-writing/--no-skill-writing",
+        help="--warm-start: also teach writing the rules analyzer's skill JSON (for --analyzer self)",
+    ),
 ) -> None:
     """Build a small model in code (random weights, offline tokenizer) — no model hub needed."""
     try:
@@ -332,22 +340,28 @@ def model_init(
 
         if preset not in (*PRESETS, *VL_PRESETS):
             raise UserError(f"unknown preset '{preset}'; use one of {', '.join((*PRESETS, *VL_PRESETS))}")
+        if warm_start and warm_start != "expert":
+            raise UserError(f"unknown --warm-start '{warm_start}'; use expert")
+        if warm_start:
+            from seedcli.envs import env_class
+
+            env = env_class(env).name  # an unknown name: a one-line error before anything is built
         # only the tiny BPE learns the environments' text
         corpus = tokenizer_texts() if preset in ("tiny", "tiny-vl") else None
         if preset in VL_PRESETS:
             if warm_start:
-                raise UserError(f"--warm-start clones ALFWorld's text expert; it does not apply to --preset {preset}")
+                raise UserError(f"--warm-start clones a text expert; it does not apply to --preset {preset}")
             from seedcli.engines.vision import build_vl_model
 
             path = build_vl_model(out, preset, seed=seed, corpus=corpus)
         else:
             path = build_tiny_model(out, preset=preset, seed=seed, corpus=corpus)
         if warm_start:
-            if warm_start != "expert":
-                raise UserError(f"unknown --warm-start '{warm_start}'; use expert")
             from seedcli.stages.warmstart import warm_start as run_warm_start
 
-            run_warm_start(path, games=games, epochs=epochs, seed=seed, noise=noise)
+            run_warm_start(
+                path, games=games, epochs=epochs, seed=seed, noise=noise, env=env, skill_writing=skill_writing
+            )
     except UserError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file

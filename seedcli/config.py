@@ -79,6 +79,7 @@ def _env_defaults(cls: type, data: dict) -> dict:
         "history": env.history,
         "val_split": env.val_split,
         "advantage_norm": env.advantage_norm,
+        "max_step_skills": env.max_step_skills,
     }
     defaults["split"] = env.eval_splits[0] if cls.__name__ == "EvalConfig" else env.train_split
     out = dict(data)
@@ -274,7 +275,11 @@ class RLConfig(RolloutConfig):
 
     from_run: str | None = Field(None, description="sft run to start from (or --model)")
     algo: Literal["seed", "grpo", "sdar", "opsd"] = Field("seed", description="seed | grpo | sdar | opsd")
-    analyzer: str = Field("self", description="self | static:FILE | none")
+    analyzer: str = Field(
+        "self",
+        description="self (π_old writes each episode's skill) | rules (the environment's offline rules analyzer "
+        "writes it from the trajectory) | static:FILE | none",
+    )
     steps: int = Field(150, ge=1, description="policy updates")
     batch_tasks: int = Field(16, ge=1, description="training games per update")
     group: int = Field(8, ge=1, description="episodes per game (GRPO group)")
@@ -373,6 +378,28 @@ class RLConfig(RolloutConfig):
         "the same category (an extra teacher pass); none = the paper",
         json_schema_extra={"hash": "if_set"},
     )
+    skill_mode: Literal["episode_only", "episode_step", "step_only"] = Field(
+        "episode_only",
+        description="which skills the self-analyzer writes and the teacher prompts carry: episode_only = one episode "
+        "skill on every turn (the public launchers); episode_step = also up to max_step_skills step skills, and a "
+        "turn with one gets its step skill instead of the episode skill; step_only = step skills only, turns without "
+        "one get no OPD (the SEED code's algorithm.seed.skill_mode, skill_teacher_mode step_priority)",
+        json_schema_extra={"hash": "if_set"},
+    )
+    max_step_skills: int = Field(
+        5,
+        ge=0,
+        description="step skills kept per episode, the first ones of the analyzer's answer (the SEED code's "
+        "analysis_max_step_skills_per_traj; default: the environment's: alfworld, webshop 5; search, sokoban 2; "
+        "ezpoints 0); not in the config hash under skill_mode episode_only",
+        json_schema_extra={"hash": "if_set", **_ENV_DEFAULT},
+    )
+    dump_analyses: bool = _nohash(
+        "write each update's analyses (prompt, answer, parsed skills, rejection reason) to analyses/step_NNNNNN.jsonl "
+        "and its skill-augmented teacher prompts to teacher_prompts/step_NNNNNN.jsonl in the run directory (the SEED "
+        "code's save_analysis, save_augmented_observations)",
+        False,
+    )
     sample_every: int = _nohash(
         "log one episode's per-token score shift to samples.jsonl every N updates (0 = val_every, or 1 without val)",
         0,
@@ -425,16 +452,37 @@ class RLConfig(RolloutConfig):
         "extra torchrun options for multi-node runs, e.g. '--nnodes 2 --node-rank 0 --rdzv-endpoint host:29500'"
     )
 
+    @field_validator("skill_mode")
+    @classmethod
+    def _step_skills_need_the_self_analyzer(cls, v: str, info: ValidationInfo) -> str:
+        algo, spec = info.data.get("algo"), str(info.data.get("analyzer", "self")).strip()
+        if v != "episode_only" and algo != "grpo" and (algo == "sdar" or spec.startswith("static:") or spec == "rules"):
+            source = "--algo sdar" if algo == "sdar" else f"--analyzer {spec}"
+            raise ValueError(
+                f"{v} needs step skills, which only --analyzer self writes ({source} gives episode skills only); "
+                "use skill_mode=episode_only or --analyzer self"
+            )
+        return v
+
+    @field_validator("max_step_skills")
+    @classmethod
+    def _step_only_needs_step_skills(cls, v: int, info: ValidationInfo) -> int:
+        if v == 0 and info.data.get("skill_mode") == "step_only":
+            raise ValueError("0 with skill_mode step_only gives no skill at all; set max_step_skills>=1")
+        return v
+
     def hashed(self) -> dict:
         """As StageConfig's, and a field marked "if_set" also counts only when it differs from its default, so a
         setting added with the default of today's behaviour (`analyze: all`, `min_skill_words: 5`) keeps every
-        stored hash."""
+        stored hash. `max_step_skills` counts only when step skills are on (its default is the environment's)."""
         out = super().hashed()
         for name, f in type(self).model_fields.items():
             if name in out and (f.json_schema_extra or {}).get("hash") == "if_set":
                 default = f.get_default(call_default_factory=True)
                 if out[name] == default:
                     del out[name]
+        if self.skill_mode == "episode_only":
+            out.pop("max_step_skills", None)
         return out
 
 
@@ -520,7 +568,10 @@ def resolve_preset(name_or_path: str) -> Path:
 MAPPING_FIELDS = ("env_options",)
 
 # sections a preset may hold for the scripts around the stages (not read by any stage), with their keys
-SCRIPT_SECTIONS: dict[str, tuple[str, ...]] = {"warm_start": ("games", "epochs", "noise", "seed")}
+SCRIPT_SECTIONS: dict[str, tuple[str, ...]] = {
+    "warm_start": ("games", "epochs", "noise", "seed"),
+    "method_check": ("seeds", "arms"),  # scripts/method_check.sh: the seeds and the rl arguments of each arm
+}
 
 
 def nearest(key: str, valid: list[str] | tuple[str, ...]) -> str:

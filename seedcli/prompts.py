@@ -24,6 +24,13 @@ IMAGE_PLACEHOLDER = "<image>"  # where an image goes in a user message's text (t
 SKILL_HEADING = "Episode-Level Skill"
 SKILL_INSTRUCTION = "Use the following skill, learned in hindsight from this kind of task, to choose your actions."
 
+# step skills (`seed rl --skill_mode episode_step | step_only`): the SEED code's "Critical-Step Skill" section, which
+# goes before the line that asks for the turn's answer (`seed/prompting.py: build_augmented_observation_text`)
+STEP_SKILL_HEADING = "Critical-Step Skill"
+STEP_SKILL_INSTRUCTION = "Use this current-step skill for this decision only."
+STEP_SKILL_ANCHOR = "Now it's your turn"
+SKILL_MODES = ("episode_only", "episode_step", "step_only")
+
 
 def insert_after_line(prompt: str, prefix: str, skill: str) -> str:
     """`prompt` with the skill block inserted after the line holding `prefix` (the first one): the skill-augmented
@@ -35,6 +42,17 @@ def insert_after_line(prompt: str, prefix: str, skill: str) -> str:
     end = len(prompt) if end < 0 else end + 1
     block = f"\n## {SKILL_HEADING}\n{SKILL_INSTRUCTION}\n{skill.strip()}\n\n"
     return prompt[:end] + block + prompt[end:]
+
+
+def insert_step_skill(prompt: str, skill: str, anchor: str = STEP_SKILL_ANCHOR) -> str:
+    """`prompt` with the step-skill block inserted before the line holding `anchor` (every environment's "Now it's
+    your turn ..." line), or appended at the end of a prompt without one, as the SEED code does."""
+    block = f"## {STEP_SKILL_HEADING}\n{STEP_SKILL_INSTRUCTION}\n{skill.strip()}\n"
+    at = prompt.find(anchor)
+    if at < 0:
+        return prompt.rstrip("\n") + "\n\n" + block.rstrip("\n")
+    start = prompt.rfind("\n", 0, at) + 1  # the start of the anchor's line
+    return prompt[:start] + block + "\n" + prompt[start:]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -66,6 +84,56 @@ SCHEMA_REMINDER = (
     '"episode_summary" and "episode_skill" (at least five words), and nothing else.'
 )
 
+# the step-skill variants (skill_mode episode_step / step_only) of the analysis prompt's request and reminder; the
+# steps are named by the numbers the prompt shows them with (from 1)
+ANALYSIS_STEP_PROMPT_VERSION = "analysis-step-v1"
+ANALYSIS_VISUAL_STEP_PROMPT_VERSION = "analysis-visual-step-v1"
+
+_STEP_REQUEST = (
+    "at most {count} critical step(s) of the episode and write a step skill for each: one short imperative sentence "
+    "of advice the agent can act on at that step, inferred from the whole episode; policy-facing, not a "
+    "retrospective. Name each step by its number above.\n"
+    "Answer with JSON only, exactly this object and nothing else:\n"
+)
+_STEP_FIELD = '"step_skills": {{"<step number>": "<advice for that step>"}}'
+_EPISODE_STEP_TAIL = (
+    "Write the skill as one short, policy-facing rule, not a retrospective. {kind}\nAlso pick "
+    + _STEP_REQUEST
+    + '{{"episode_summary": "<two sentences on what happened>", "episode_skill": "<the rule>", '
+    + _STEP_FIELD
+    + "}}"
+)
+_STEP_ONLY_TAIL = (
+    "Pick " + _STEP_REQUEST + '{{"episode_summary": "<two sentences on what happened>", ' + _STEP_FIELD + "}}"
+)
+_STEP_ONLY_GOAL = "extract hindsight skills for its critical steps"
+_EPISODE_GOAL = "extract one hindsight skill the agent should use next time it faces this kind of task"
+
+STEP_SCHEMA_REMINDER = (
+    "Your previous answer could not be parsed. Reply with a single JSON object with the fields "
+    '"episode_summary" (a string), "episode_skill" (a string of at least five words) and "step_skills" (an object '
+    "from step number to one sentence of advice), and nothing else."
+)
+STEP_ONLY_SCHEMA_REMINDER = (
+    "Your previous answer could not be parsed. Reply with a single JSON object with the fields "
+    '"episode_summary" (a string) and "step_skills" (an object from step number to one sentence of advice), and '
+    "nothing else."
+)
+
+
+def schema_reminder(skill_mode: str = "episode_only") -> str:
+    """The retry's schema reminder for the JSON `skill_mode` asks for."""
+    return {"episode_step": STEP_SCHEMA_REMINDER, "step_only": STEP_ONLY_SCHEMA_REMINDER}.get(
+        skill_mode, SCHEMA_REMINDER
+    )
+
+
+def analysis_prompt_version(visual: bool, skill_mode: str = "episode_only") -> str:
+    """The version of the analysis prompt rendered for a (visual) episode under `skill_mode`."""
+    if skill_mode == "episode_only":
+        return ANALYSIS_VISUAL_PROMPT_VERSION if visual else ANALYSIS_PROMPT_VERSION
+    return ANALYSIS_VISUAL_STEP_PROMPT_VERSION if visual else ANALYSIS_STEP_PROMPT_VERSION
+
 
 def render_analysis_prompt(
     task: str,
@@ -76,6 +144,8 @@ def render_analysis_prompt(
     description: str,
     score: float | None = None,
     visual: bool = False,
+    skill_mode: str = "episode_only",
+    max_step_skills: int = 0,
 ) -> str:
     """The analyzer's user message for one finished episode. `turns` yields dicts with `observation`, `response` and
     `valid`. With `max_chars`, the oldest steps are dropped first (the prompt keeps the task and outcome) and a
@@ -84,7 +154,11 @@ def render_analysis_prompt(
 
     `visual`: the episode was played from images, and every step's observation is the `<image>` placeholder (the
     SEED code's `seed_visual` prompt); a placeholder anywhere else (the task, a reply) is written `[image]`, so the
-    prompt's placeholders are exactly its steps, in order."""
+    prompt's placeholders are exactly its steps, in order.
+
+    `skill_mode` episode_step also asks for up to `max_step_skills` step skills (`step_skills`, keyed by the step
+    numbers shown), step_only for the step skills instead of the episode skill (`analysis-step-v1`); episode_only
+    is `analysis-v1`, unchanged."""
     rendered = []
     for i, turn in enumerate(turns, start=1):
         validity = "valid" if turn["valid"] else "INVALID (format error)"
@@ -108,7 +182,12 @@ def render_analysis_prompt(
         )
         if visual:
             head = head.replace("Episode:\n", _VISUAL_NOTE + "Episode:\n", 1)
-        return head + (_ANALYSIS_TAIL.format(kind=kind))
+        if skill_mode == "episode_only":
+            return head + (_ANALYSIS_TAIL.format(kind=kind))
+        count = min(max_step_skills, len(rendered))  # as the SEED code: at most the cap, at most the steps
+        if skill_mode == "step_only":
+            return head.replace(_EPISODE_GOAL, _STEP_ONLY_GOAL, 1) + _STEP_ONLY_TAIL.format(count=count)
+        return head + _EPISODE_STEP_TAIL.format(kind=kind, count=count)
 
     text = build(rendered, 0)
     cut = 0
@@ -153,10 +232,17 @@ def analysis_turns(trajectory) -> list[dict]:
     return [{"observation": t.observation, "response": t.response, "valid": t.valid} for t in trajectory.turns]
 
 
-def render_trajectory_analysis(trajectory, max_chars: int | None = None, *, description: str) -> str:
+def render_trajectory_analysis(
+    trajectory,
+    max_chars: int | None = None,
+    *,
+    description: str,
+    skill_mode: str = "episode_only",
+    max_step_skills: int = 0,
+) -> str:
     """The analysis prompt of a Trajectory record; `description` is the `analysis_description` of the environment
     the trajectory was played in (`trajectory.env`). An episode played from images gets the visual prompt, whose
-    images are `analysis_images(trajectory, prompt)`."""
+    images are `analysis_images(trajectory, prompt)`. `skill_mode` and `max_step_skills`: as `render_analysis_prompt`."""
     return render_analysis_prompt(
         trajectory.task,
         trajectory.won,
@@ -165,4 +251,6 @@ def render_trajectory_analysis(trajectory, max_chars: int | None = None, *, desc
         description=description,
         score=trajectory.score,
         visual=is_visual(trajectory),
+        skill_mode=skill_mode,
+        max_step_skills=max_step_skills,
     )

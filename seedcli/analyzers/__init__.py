@@ -64,9 +64,10 @@ def analysis_messages(
     previous_answer: str | None = None,
     max_previous_chars: int | None = None,
     images: Sequence[bytes] = (),
+    reminder: str = SCHEMA_REMINDER,
 ) -> list[dict]:
     """The chat for one attempt: the analysis prompt, and on the retry the failed answer (cut to
-    `max_previous_chars` when given) plus the schema reminder.
+    `max_previous_chars` when given) plus the schema reminder (`reminder`: the step-skill prompts' own).
 
     `images` (PNG bytes, one per `<image>` placeholder of a visual prompt, in order) make the prompt an
     OpenAI-style multi-part message: text parts with an `image_url` part (a base64 data URL) where each placeholder
@@ -81,7 +82,7 @@ def analysis_messages(
             previous_answer = previous_answer[:max_previous_chars] + " …"
         messages += [
             {"role": "assistant", "content": previous_answer},
-            {"role": "user", "content": SCHEMA_REMINDER},
+            {"role": "user", "content": reminder},
         ]
     return messages
 

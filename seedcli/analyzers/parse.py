@@ -4,13 +4,21 @@ Tolerant on purpose, because analyzers (an API model, a small local policy) wrap
 trailing commas, or stop mid-object: fenced or bare JSON → trailing-comma repair → a field-by-field regex fallback.
 Strict on what is kept: both fields present, and the skill has at least `min_words` words (default five; `seed rl`'s
 `min_skill_words`) and is not a placeholder.
+
+Step skills (`seed rl --skill_mode episode_step | step_only`, the SEED code's `step_skills`): an object from step
+number (as the analysis prompt shows it, from 1) to one sentence of advice. Each entry is judged on its own: one
+with a bad step number, a step outside the episode, a placeholder or too few words is dropped and counted by reason
+(`ParsedSkill.step_dropped`), and entries beyond `max_step_skills` are dropped in the answer's order, as the SEED code
+keeps the first ones. episode_step keeps the answer when its episode skill is kept (the step skills ride along);
+step_only keeps it when at least one step skill survives.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 MIN_SKILL_WORDS = 5
 
@@ -22,9 +30,20 @@ MISSING_SKILL = "missing_skill"
 TOO_SHORT = "skill_too_short"
 PLACEHOLDER = "placeholder_skill"
 SKIPPED_SUCCESS = "skipped_success"  # not a rejection: `analyze: failed` does not analyse a won episode
+MISSING_STEP_SKILLS = "missing_step_skills"  # step_only: no usable step skill
+
+# Why a step-skill entry was dropped (the answer itself may still be kept).
+STEP_NOT_OBJECT = "step_skills_not_an_object"
+STEP_BAD_INDEX = "step_bad_index"
+STEP_OUT_OF_RANGE = "step_out_of_range"
+STEP_DUPLICATE = "step_duplicate"
+STEP_PLACEHOLDER = "step_placeholder"
+STEP_TOO_SHORT = "step_skill_too_short"
+STEP_OVER_CAP = "step_over_cap"
 
 SUMMARY_KEYS = ("episode_summary", "summary")
 SKILL_KEYS = ("episode_skill", "skill")
+STEP_KEYS = ("step_skills", "step_skill")
 
 # Text the analysis template itself shows (prompts.py) and the usual fillers a model writes when it has nothing.
 _PLACEHOLDERS = {
@@ -54,6 +73,8 @@ _PLACEHOLDERS = {
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)(?:```|$)", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['’-][A-Za-z0-9]+)*")
+_STEP_NUMBER = re.compile(r"(?:step\s*)?(\d+)", re.IGNORECASE)
+_STEP_TABLE = re.compile(r"[\"']?step[_ ]skills[\"']?\s*:\s*(?=\{)", re.IGNORECASE)
 
 
 @dataclass
@@ -65,19 +86,32 @@ class ParsedSkill:
     reason: str | None
     raw: str = ""
     attempts: int = 1
+    step_skills: dict[int, str] = field(default_factory=dict)  # turn index (from 0) -> step skill
+    step_dropped: dict[str, int] = field(default_factory=dict)  # step-skill entries dropped, by reason
+    prompt: str = ""  # the analysis prompt answered (set by the callers that render it)
 
     @property
     def kept(self) -> bool:
         return self.reason is None
 
 
-def parse_skill(text: str | None, min_words: int = MIN_SKILL_WORDS) -> ParsedSkill:
+def parse_skill(
+    text: str | None,
+    min_words: int = MIN_SKILL_WORDS,
+    *,
+    skill_mode: str = "episode_only",
+    steps: int = 0,
+    max_step_skills: int = 0,
+) -> ParsedSkill:
     """Parse an analyzer answer and decide whether the skill is kept (see the module docstring); a skill of fewer than
     `min_words` words is `skill_too_short`. When the answer holds several objects (say, an echo of the template and
-    then the real one), the first kept one wins."""
+    then the real one), the first kept one wins. `skill_mode` other than episode_only also reads the step skills of
+    an episode of `steps` turns, at most `max_step_skills` of them."""
     raw = text or ""
     if not raw.strip():
         return ParsedSkill(None, None, EMPTY, raw)
+    if skill_mode != "episode_only":
+        return _parse_with_steps(raw, min_words, skill_mode, steps, max_step_skills)
     results = [_judge(s, k, raw, min_words) for s, k in _json_field_pairs(raw)]
     if not results or not any(r.kept for r in results):
         summary, skill = _regex_fields(raw)
@@ -100,6 +134,70 @@ def _judge(summary: str | None, skill: str | None, raw: str, min_words: int = MI
     if len(_WORD.findall(skill)) < min_words:
         return ParsedSkill(summary, skill, TOO_SHORT, raw)
     return ParsedSkill(summary, skill, None, raw)
+
+
+def _parse_with_steps(raw: str, min_words: int, skill_mode: str, steps: int, cap: int) -> ParsedSkill:
+    tables = [(_pick(obj, SUMMARY_KEYS), _pick(obj, SKILL_KEYS), _pick_table(obj)) for obj in _json_objects(raw)]
+    results = [_judge_steps(*fields, raw, min_words, skill_mode, steps, cap) for fields in tables]
+    if not any(r.kept for r in results):
+        summary, skill = _regex_fields(raw)
+        table = _regex_step_table(raw)
+        if summary is not None or skill is not None or table is not None:
+            results.append(_judge_steps(summary, skill, table, raw, min_words, skill_mode, steps, cap))
+    if not results:
+        return ParsedSkill(None, None, UNPARSEABLE, raw)
+    return next((r for r in results if r.kept), results[0])
+
+
+def _judge_steps(
+    summary: str | None,
+    skill: str | None,
+    table: object,
+    raw: str,
+    min_words: int,
+    skill_mode: str,
+    steps: int,
+    cap: int,
+) -> ParsedSkill:
+    step_skills, dropped = judge_step_skills(table, steps, cap, min_words)
+    if skill_mode == "step_only":
+        summary = _clean(summary)
+        reason = MISSING_STEP_SKILLS if not step_skills else (None if summary else MISSING_SUMMARY)
+        return ParsedSkill(summary, None, reason, raw, step_skills=step_skills, step_dropped=dropped)
+    parsed = _judge(summary, skill, raw, min_words)
+    parsed.step_skills, parsed.step_dropped = step_skills, dropped
+    return parsed
+
+
+def judge_step_skills(table: object, steps: int, cap: int, min_words: int) -> tuple[dict[int, str], dict[str, int]]:
+    """(turn index from 0 -> step skill, dropped entries by reason) of an answer's `step_skills` object, whose keys
+    are step numbers from 1 (a key may read "3" or "Step 3"); the first `cap` usable entries are kept."""
+    if table is None:
+        return {}, {}
+    if not isinstance(table, dict):
+        return {}, {STEP_NOT_OBJECT: 1}
+    kept: dict[int, str] = {}
+    dropped: Counter[str] = Counter()
+    for key, value in table.items():
+        match = _STEP_NUMBER.fullmatch(str(key).strip())
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = " ".join(value)
+        text = _clean(value) if isinstance(value, str) else None
+        if match is None:
+            dropped[STEP_BAD_INDEX] += 1
+        elif not 1 <= int(match.group(1)) <= steps:
+            dropped[STEP_OUT_OF_RANGE] += 1
+        elif int(match.group(1)) - 1 in kept:
+            dropped[STEP_DUPLICATE] += 1
+        elif not text or is_placeholder(text):
+            dropped[STEP_PLACEHOLDER] += 1
+        elif len(_WORD.findall(text)) < min_words:
+            dropped[STEP_TOO_SHORT] += 1
+        elif len(kept) >= cap:
+            dropped[STEP_OVER_CAP] += 1
+        else:
+            kept[int(match.group(1)) - 1] = text
+    return kept, dict(dropped)
 
 
 def is_placeholder(skill: str) -> bool:
@@ -180,6 +278,32 @@ def _pick(obj: dict, keys: tuple[str, ...]) -> str | None:
                 value = " ".join(value)
             return value if isinstance(value, str) else None
     return None
+
+
+def _pick_table(obj: dict) -> object:
+    lowered = {str(k).strip().lower().replace(" ", "_"): v for k, v in obj.items()}
+    return next((lowered[key] for key in STEP_KEYS if key in lowered), None)
+
+
+def _json_objects(raw: str) -> list[dict]:
+    """Every candidate that parses as a JSON object holding a summary, a skill or step skills."""
+    out = []
+    for cand in _candidates(raw):
+        obj = _loads(cand)
+        if isinstance(obj, dict) and any(
+            v is not None for v in (_pick(obj, SUMMARY_KEYS), _pick(obj, SKILL_KEYS), _pick_table(obj))
+        ):
+            out.append(obj)
+    return out
+
+
+def _regex_step_table(raw: str) -> object:
+    """The `step_skills` object of a broken answer (its enclosing JSON did not parse), or None."""
+    m = _STEP_TABLE.search(raw)
+    if m is None:
+        return None
+    spans = _object_spans(raw[m.end() :])
+    return _loads(spans[0]) if spans else None
 
 
 def _json_field_pairs(raw: str) -> list[tuple[str | None, str | None]]:

@@ -18,7 +18,7 @@ from seedcli.analyzers import AnalyzerResponse, analysis_messages, png_of_part
 from seedcli.analyzers.parse import MIN_SKILL_WORDS, SKIPPED_SUCCESS, ParsedSkill, parse_skill
 from seedcli.envs import env_class
 from seedcli.errors import UserError
-from seedcli.prompts import analysis_images, render_trajectory_analysis
+from seedcli.prompts import analysis_images, render_trajectory_analysis, schema_reminder
 
 
 def model_fingerprint(model_dir: Path) -> str:
@@ -179,42 +179,68 @@ def analyze_with_engine(
     images: Any = None,
     attempts: int = 2,
     min_words: int = MIN_SKILL_WORDS,
+    skill_mode: str = "episode_only",
+    max_step_skills: int = 0,
 ) -> list[ParsedSkill]:
     """Skills for trajectories (or already-rendered analysis prompts): one generate call for all, then up to
     `attempts − 1` more for those whose answer did not parse, each showing the previous answer and the schema reminder.
     `ParsedSkill.kept` says whether each skill is usable (`min_words` words at least). An episode played from images
-    is analysed with the visual prompt and its steps' images, read from `images` (the run's ImageStore)."""
+    is analysed with the visual prompt and its steps' images, read from `images` (the run's ImageStore).
+    `skill_mode` other than episode_only also asks for (and parses) up to `max_step_skills` step skills; it needs
+    trajectories, whose length bounds the step numbers."""
+    if skill_mode != "episode_only" and any(isinstance(item, str) for item in items):
+        raise ValueError("step skills need the trajectories (their length bounds the step numbers), not prompts")
     prompts = [
-        item
-        if isinstance(item, str)
-        else render_trajectory_analysis(item, max_prompt_chars, description=env_class(item.env).analysis_description)
+        item if isinstance(item, str) else _render(item, max_prompt_chars, skill_mode, max_step_skills)
         for item in items
     ]
     pngs = [
         [] if isinstance(item, str) else question_images(item, prompt, images)
         for item, prompt in zip(items, prompts, strict=True)
     ]
+
+    def parse(i: int, text: str) -> ParsedSkill:
+        steps = 0 if isinstance(items[i], str) else len(items[i].turns)
+        out = parse_skill(text, min_words, skill_mode=skill_mode, steps=steps, max_step_skills=max_step_skills)
+        out.prompt = prompts[i]
+        return out
+
+    reminder = schema_reminder(skill_mode)
     analyzer = PolicyAnalyzer(engine, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     first = analyzer.analyze_batch([analysis_messages(p, images=im) for p, im in zip(prompts, pngs, strict=True)])
-    parsed = [parse_skill(r.text, min_words) for r in first]
+    parsed = [parse(i, r.text) for i, r in enumerate(first)]
     last = [r.text for r in first]
     for attempt in range(2, attempts + 1):
         again = [i for i, p in enumerate(parsed) if not p.kept]
         if not again:
             break
-        answers = analyzer.analyze_batch([analysis_messages(prompts[i], last[i], images=pngs[i]) for i in again])
+        answers = analyzer.analyze_batch(
+            [analysis_messages(prompts[i], last[i], images=pngs[i], reminder=reminder) for i in again]
+        )
         for i, r in zip(again, answers, strict=True):
-            parsed[i] = parse_skill(r.text, min_words)
+            parsed[i] = parse(i, r.text)
             parsed[i].attempts = attempt
             last[i] = r.text
     return parsed
+
+
+def _render(trajectory: Any, max_chars: int | None, skill_mode: str, max_step_skills: int) -> str:
+    """A trajectory's analysis prompt under `skill_mode` (the environment's description opens it)."""
+    return render_trajectory_analysis(
+        trajectory,
+        max_chars,
+        description=env_class(trajectory.env).analysis_description,
+        skill_mode=skill_mode,
+        max_step_skills=max_step_skills,
+    )
 
 
 class SelfAnalysis:
     """π_old analysing its own episodes inside the rollout (`play_episodes(followups=...)`): a finished episode's
     analysis request enters the engine at once, greedy, and an answer that does not parse is asked again with the
     schema reminder — the same `attempts` `analyze_with_engine` makes, served while other episodes still play.
-    `results[episode_id]` is the parsed skill; with `failed_only` a won episode is not analysed (`skipped_success`)."""
+    `results[episode_id]` is the parsed skill (with its step skills under `skill_mode` episode_step / step_only);
+    with `failed_only` a won episode is not analysed (`skipped_success`)."""
 
     def __init__(
         self,
@@ -227,8 +253,12 @@ class SelfAnalysis:
         attempts: int = 2,
         min_words: int = MIN_SKILL_WORDS,
         failed_only: bool = False,
+        skill_mode: str = "episode_only",
+        max_step_skills: int = 0,
     ):
         self.engine = engine
+        self.skill_mode = skill_mode
+        self.max_step_skills = max_step_skills
         self.max_new_tokens = max_new_tokens
         self.seed = seed
         self.max_prompt_chars = max_prompt_chars
@@ -237,7 +267,7 @@ class SelfAnalysis:
         self.min_words = min_words
         self.failed_only = failed_only
         self.results: dict[str, ParsedSkill] = {}
-        self._asked: dict[str, tuple[str, list[bytes]]] = {}
+        self._asked: dict[str, tuple[str, list[bytes], int]] = {}  # episode id -> (prompt, images, turns)
 
     def _request(self, episode_id: str, attempt: int, messages: list[dict]) -> Any:
         from seedcli.engines.scheduling import Request
@@ -257,19 +287,25 @@ class SelfAnalysis:
         if self.failed_only and trajectory.won:
             self.results[trajectory.episode_id] = ParsedSkill(None, None, SKIPPED_SUCCESS, attempts=0)
             return []
-        prompt = render_trajectory_analysis(
-            trajectory, self.max_prompt_chars, description=env_class(trajectory.env).analysis_description
-        )
+        prompt = _render(trajectory, self.max_prompt_chars, self.skill_mode, self.max_step_skills)
         pngs = question_images(trajectory, prompt, self.images)
-        self._asked[trajectory.episode_id] = (prompt, pngs)
+        self._asked[trajectory.episode_id] = (prompt, pngs, len(trajectory.turns))
         return [self._request(trajectory.episode_id, 0, analysis_messages(prompt, images=pngs))]
 
     def land(self, tag: tuple[str, int], completion: Any) -> list:
         episode_id, attempt = tag
-        parsed = parse_skill(completion.text, self.min_words)
+        prompt, pngs, steps = self._asked[episode_id]
+        parsed = parse_skill(
+            completion.text,
+            self.min_words,
+            skill_mode=self.skill_mode,
+            steps=steps,
+            max_step_skills=self.max_step_skills,
+        )
         parsed.attempts = attempt + 1
+        parsed.prompt = prompt
         if parsed.kept or attempt + 1 >= self.attempts:
             self.results[episode_id] = parsed
             return []
-        prompt, pngs = self._asked[episode_id]
-        return [self._request(episode_id, attempt + 1, analysis_messages(prompt, completion.text, images=pngs))]
+        messages = analysis_messages(prompt, completion.text, images=pngs, reminder=schema_reminder(self.skill_mode))
+        return [self._request(episode_id, attempt + 1, messages)]

@@ -12,7 +12,8 @@ What an environment supplies (class attributes are constants; methods have a def
     playing     `new_game(expert)` -> EnvGame (reset(task) / step(action) -> StepResult; run in worker
                 processes by `seedcli.envs.pool.EnvPool`), `spec()` (what a worker needs to rebuild the env)
     prompt      `prompt_version`, `render_prompt(...)`, `task_line_prefix` (the skill block goes right after the
-                line holding it: `insert_skill`), `max_steps`, `history`
+                line holding it: `insert_skill`; a step skill before the "Now it's your turn" line:
+                `insert_step_skill`), `max_steps`, `history`, `max_step_skills`
     actions     `parse_action(response)` -> (action sent to the game, valid), `format_response(think, action)`
     reward      `success_reward` (episode reward = success_reward·won), `invalid_penalty` per invalid turn,
                 `advantage_norm` ("mean_std" or "mean": how GRPO normalises a group's turn scores)
@@ -45,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from seedcli.errors import UserError
 from seedcli.prompts import SKILL_HEADING as SKILL_HEADING  # re-exported: the skill block's text
 from seedcli.prompts import SKILL_INSTRUCTION as SKILL_INSTRUCTION
-from seedcli.prompts import insert_after_line
+from seedcli.prompts import insert_after_line, insert_step_skill
 
 THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL)
@@ -142,6 +143,7 @@ class Environment(ABC):
     success_reward: ClassVar[float] = 10.0
     invalid_penalty: ClassVar[float] = 0.1
     advantage_norm: ClassVar[Literal["mean_std", "mean"]] = "mean_std"
+    max_step_skills: ClassVar[int] = 5  # rl's default cap on step skills per episode (the SEED code's launchers)
     free_text: ClassVar[bool] = False  # True: StepResult.admissible is None and actions are free text
     splits: ClassVar[dict[str, str]]  # accepted split name or alias -> canonical split name
     train_split: ClassVar[str] = "train"
@@ -285,6 +287,11 @@ class Environment(ABC):
     def insert_skill(self, prompt: str, skill: str) -> str:
         """The skill-augmented prompt: the skill block right after the task line (DESIGN.md §1, stage 2 step 3)."""
         return insert_after_line(prompt, self.task_line_prefix, skill)
+
+    def insert_step_skill(self, prompt: str, skill: str) -> str:
+        """The step-skill-augmented prompt (`seed rl --skill_mode episode_step | step_only`): the step-skill block
+        before the line that asks for this turn's answer, as the SEED code places its critical-step skill."""
+        return insert_step_skill(prompt, skill)
 
     @abstractmethod
     def parse_action(self, response: str) -> tuple[str, bool]:

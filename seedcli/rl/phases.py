@@ -23,6 +23,7 @@ from typing import Any
 
 from seedcli.config import RLConfig
 from seedcli.errors import UserError
+from seedcli.prompts import insert_step_skill
 from seedcli.rl import distributed as D
 from seedcli.rl.engine_sync import phase_memory, prove_start_weights, refresh_engine
 from seedcli.rl.rescoring import TurnSample
@@ -36,7 +37,7 @@ from seedcli.rl.trainer import LossWeights, UpdateResult, update_seed
 class Plan:
     """What the algorithm switches decide (DESIGN.md §1: baselines are switches of the same loop)."""
 
-    analyzer: str  # self | static | none
+    analyzer: str  # self | static | rules | none
     library: SkillLibrary | None
     opd_coef: float
     opd_beta: float
@@ -83,6 +84,11 @@ class RLContext:
     audit_skills: Callable[[Sequence, Sequence], dict] | None = None
     # the same rule's spans, for leak_guard: (episodes, skills) -> per episode its skill's leaked spans, or None
     find_leaks: Callable[[Sequence, Sequence], list] | None = None
+    # `--analyzer rules`: the environment's rules analyzer, trajectory -> (episode_summary, episode_skill)
+    rules_skill: Callable[[Any], tuple[str, str]] | None = None
+    # skill_mode episode_step / step_only: the environment's step-skill-augmented prompt
+    insert_step_skill: Callable[[str, str], str] = insert_step_skill
+    run_dir: Path | None = None  # where `dump_analyses` writes (set by the stage)
 
     def vision_inputs(self, rows: list[list[str]]) -> dict:
         """pixel_values and image_grid_thw of a micro-batch's images (each row's sha256s, in order)."""
@@ -233,6 +239,8 @@ def in_rollout_analysis(ctx: RLContext, step: int, rollout: str) -> Any:
         attempts=cfg.analyzer_parse_retries,
         min_words=cfg.min_skill_words,
         failed_only=failed_only(cfg, step),
+        skill_mode=cfg.skill_mode,
+        max_step_skills=cfg.max_step_skills,
     )
 
 
@@ -248,11 +256,13 @@ def vision_processor(engine, models, meta: dict) -> Any:
     return processor
 
 
-
-def analyse(ctx: RLContext, episodes: Sequence, step: int) -> tuple[list[str | None], list[str | None]]:
+def analyse(
+    ctx: RLContext, episodes: Sequence, step: int, analyses: dict | None = None
+) -> tuple[list[str | None], list[str | None]]:
     """(skill, rejection reason) of each of this rank's episodes: π_old writes a skill for each finished episode
     (greedy, the shared analysis prompt and parser; won ones are skipped when `failed_only`), or the static library
-    answers; None where there is none."""
+    answers; None where there is none. `analyses`, when given, receives the self-analyzer's ParsedSkill of each
+    episode it analysed, by episode id: its step skills (`skill_mode`), prompt and raw answer."""
     cfg, plan = ctx.cfg, ctx.plan
     skills: list[str | None] = [None] * len(episodes)
     reasons: list[str | None] = ["analyzer_off"] * len(episodes)
@@ -262,6 +272,8 @@ def analyse(ctx: RLContext, episodes: Sequence, step: int) -> tuple[list[str | N
         parsed = [results[ep.episode_id] for ep in episodes]
         skills = [p.skill if p.kept else None for p in parsed]
         reasons = [None if p.kept else p.reason for p in parsed]
+        if analyses is not None:
+            analyses.update((ep.episode_id, p) for ep, p in zip(episodes, parsed, strict=True))
     elif plan.analyzer == "self" and episodes:
         from seedcli.analyzers.parse import SKIPPED_SUCCESS
         from seedcli.analyzers.policy import analyze_with_engine
@@ -281,30 +293,66 @@ def analyse(ctx: RLContext, episodes: Sequence, step: int) -> tuple[list[str | N
                 images=ctx.images,  # an episode played from images is analysed from its images
                 attempts=cfg.analyzer_parse_retries,
                 min_words=cfg.min_skill_words,
+                skill_mode=cfg.skill_mode,
+                max_step_skills=cfg.max_step_skills,
             )
         for i, p in zip(chosen, parsed, strict=True):
             skills[i] = p.skill if p.kept else None
             reasons[i] = None if p.kept else p.reason
+            if analyses is not None:
+                analyses[episodes[i].episode_id] = p
     elif plan.analyzer == "static":
         skills = [plan.library.skill_for(ep.category, ep.episode_id) for ep in episodes]
         reasons = [None if s else "no_static_skill_for_type" for s in skills]
+    elif plan.analyzer == "rules" and episodes:
+        # the environment's rules analyzer writes each finished episode's hindsight skill from its trajectory (what
+        # `seed annotate --analyzer rules` writes): an offline stand-in for an external analyzer, no generation
+        from seedcli.analyzers.parse import SKIPPED_SUCCESS, TOO_SHORT
+
+        skip_won = failed_only(cfg, step)
+        for i, ep in enumerate(episodes):
+            if skip_won and ep.won:
+                reasons[i] = SKIPPED_SUCCESS
+                continue
+            skill = ctx.rules_skill(ep)[1] if ctx.rules_skill is not None else ""
+            kept = len(skill.split()) >= cfg.min_skill_words and bool(skill.strip())
+            skills[i] = skill if kept else None
+            reasons[i] = None if kept else TOO_SHORT
     return skills, reasons
 
 
 @dataclasses.dataclass
 class Batch:
-    """Every rank's episodes of this update (by episode id) with their skills and rejection reasons."""
+    """Every rank's episodes of this update (by episode id) with their skills and rejection reasons, and the
+    self-analyzer's ParsedSkill of each (None where it did not analyse; None in all without `analyses`)."""
 
     episodes: list
     skills: list[str | None]
     reasons: list[str | None]
+    analyses: list | None = None
+
+    @property
+    def step_skills(self) -> list[dict[int, str] | None]:
+        """Each episode's step skills (turn index -> skill) from a kept analysis; None where there are none."""
+        analyses = self.analyses or [None] * len(self.episodes)
+        return [a.step_skills if (a is not None and a.kept and a.step_skills) else None for a in analyses]
 
 
-def gather_episodes(episodes: Sequence, skills: Sequence, reasons: Sequence, info) -> Batch:
-    """All ranks' episodes, skills and reasons, in episode-id order (every rank needs every score for advantages)."""
-    gathered = D.all_gather_object(list(zip(episodes, skills, reasons, strict=False)), info)
+def gather_episodes(
+    episodes: Sequence, skills: Sequence, reasons: Sequence, info, analyses: dict | None = None, keep_text: bool = True
+) -> Batch:
+    """All ranks' episodes, skills and reasons (and `analyse`'s `analyses`, by episode id), in episode-id order
+    (every rank needs every score for advantages). `keep_text=False` leaves the analyses' prompts and answers
+    behind (only `dump_analyses` reads them; an analysis prompt can be 24k characters)."""
+    parsed = [(analyses or {}).get(ep.episode_id) for ep in episodes]
+    if not keep_text:
+        parsed = [dataclasses.replace(a, prompt="", raw="") if a is not None else None for a in parsed]
+    gathered = D.all_gather_object(list(zip(episodes, skills, reasons, parsed, strict=False)), info)
     rows = sorted((row for part in gathered for row in part), key=lambda row: row[0].episode_id)
-    return Batch([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+    batch = Batch([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+    if analyses is not None:
+        batch.analyses = [r[3] for r in rows]
+    return batch
 
 
 # --------------------------------------------------------------------------------------------- guards
@@ -334,6 +382,21 @@ def guard_skills(
             skill = skill[:start] + GUARD_PLACEHOLDER + skill[end:]
         out.append(skill)
     return out, changed
+
+
+def guard_step_skills(
+    episodes: Sequence, step_skills: Sequence[dict[int, str] | None], find_leaks: Callable, mode: str
+) -> tuple[list[dict[int, str] | None], int]:
+    """`leak_guard` on each episode's step skills, judged by the same leak rule as its episode skill: (the guarded
+    step skills, how many it changed); `drop` removes a leaking step skill (that turn gets no step skill)."""
+    owners = [(ei, ti) for ei, by_turn in enumerate(step_skills) for ti in sorted(by_turn or {})]
+    texts = [step_skills[ei][ti] for ei, ti in owners]
+    guarded, changed = guard_skills(texts, find_leaks([episodes[ei] for ei, _ in owners], texts), mode)
+    out: list[dict[int, str] | None] = [None if by_turn is None else {} for by_turn in step_skills]
+    for (ei, ti), text in zip(owners, guarded, strict=True):
+        if text:
+            out[ei][ti] = text
+    return [by_turn or None for by_turn in out], changed
 
 
 def contrast_skills(episodes: Sequence, skills: Sequence[str | None], seed: int) -> list[str | None]:
@@ -401,6 +464,10 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
     skills, guarded = list(batch.skills), 0
     if cfg.leak_guard != "off" and ctx.find_leaks is not None:
         skills, guarded = guard_skills(skills, ctx.find_leaks(batch.episodes, skills), cfg.leak_guard)
+    step_skills = batch.step_skills if cfg.skill_mode != "episode_only" else None
+    if step_skills is not None and cfg.leak_guard != "off" and ctx.find_leaks is not None:
+        step_skills, step_guarded = guard_step_skills(batch.episodes, step_skills, ctx.find_leaks, cfg.leak_guard)
+        guarded += step_guarded
     contrast = teacher and cfg.opd_contrast == "shuffled"
     others = contrast_skills(batch.episodes, skills, update_seed(cfg.seed, step, "contrast")) if contrast else None
     samples = build_turn_samples(
@@ -413,6 +480,9 @@ def rescore(ctx: RLContext, batch: Batch, step: int, want_sample: bool) -> Resco
         invalid_penalty=ctx.invalid_penalty,
         normalize_std=cfg.advantage_norm == "mean_std",
         contrast_skills=others,
+        skill_mode=cfg.skill_mode,
+        step_skills=step_skills,
+        insert_step_skill=ctx.insert_step_skill if step_skills is not None else None,
     )
     # every rank tokenises a slice, so that all know every sample's length; then the plan deals the samples by tokens
     # and each rank tokenises what it was dealt and had not (at most twice its share, once on one process)
@@ -543,6 +613,9 @@ def refresh_and_prove(ctx: RLContext, step: int) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------- metrics and samples
 
 
+SUBPHASES = ("rescore_teacher", "rescore_contrast")  # timed inside rescore; logged beside it
+
+
 def update_metrics(
     ctx: RLContext,
     step: int,
@@ -575,8 +648,9 @@ def update_metrics(
     ep, timing = episode_summary, log.timing
     tokens_gen = sum(len(t.response_ids) for e in episodes for t in e.turns)
     tokens_all = sum(s.length for s in samples) + sum(s.skill_length for s in samples if s.has_skill)
-    elapsed = sum(timing.values())
-    kept = sum(1 for s in batch.skills if s)
+    # the teacher and contrast passes are parts of rescore (their own rows), not phases of their own
+    elapsed = sum(v for k, v in timing.items() if k not in SUBPHASES)
+    kept = sum(1 for s, steps in zip(batch.skills, batch.step_skills, strict=True) if s or steps)
     rejected = Counter(r for r in batch.reasons if r and r not in ("analyzer_off", SKIPPED_SUCCESS))
     record: dict[str, Any] = {
         "step": step,
@@ -616,14 +690,35 @@ def update_metrics(
     }
     if ctx.cfg.leak_guard != "off":
         record["skills/leak_guarded"] = scored.leak_guarded
-    if plan.analyzer == "self":  # won episodes `analyze: failed` left out (the SEED code's skipped_success_traj_count)
+    if ctx.cfg.skill_mode != "episode_only":
+        record.update(step_skill_metrics(batch, samples))
+    if plan.analyzer in (
+        "self",
+        "rules",
+    ):  # won episodes `analyze: failed` left out (the SEED code's skipped_success_traj_count)
         record["analyzer/skipped_success"] = sum(r == SKIPPED_SUCCESS for r in batch.reasons)
     if result.cause:
         record["actor/skip_cause"] = result.cause
-    audit = getattr(ctx, "audit_skills", None)  # skills/leak_frac: hindsight facts in the skills (the stage hands it in)
+    audit = getattr(
+        ctx, "audit_skills", None
+    )  # skills/leak_frac: hindsight facts in the skills (the stage hands it in)
     if audit is not None and plan.analyzer != "none":
         record.update(audit(batch.episodes, batch.skills))
     return record
+
+
+def step_skill_metrics(batch: Batch, samples: Sequence[TurnSample]) -> dict[str, float]:
+    """Under skill_mode episode_step / step_only: step skills kept in the batch (`skills/step_skills`), the share of
+    turn-samples whose teacher prompt carries one (`opd/step_skill_turn_frac`, the SEED code's
+    seed/step_skill_teacher/step_skill_step_ratio over all turns) and the step-skill entries dropped, by reason."""
+    dropped: Counter[str] = Counter()
+    for a in batch.analyses or []:
+        dropped.update((a.step_dropped or {}) if a is not None else {})
+    return {
+        "skills/step_skills": float(sum(len(steps or {}) for steps in batch.step_skills)),
+        "opd/step_skill_turn_frac": sum(s.step_skill for s in samples) / max(len(samples), 1),
+        **{f"analyzer/step_dropped/{k}": float(v) for k, v in sorted(dropped.items())},
+    }
 
 
 def _gate_active_sum(mine: Sequence[TurnSample], beta: float) -> tuple[float, float]:
@@ -698,6 +793,69 @@ def sample_record(
 
 def _tolist(t) -> list[float] | None:
     return t.tolist() if t is not None else None
+
+
+ANALYSES_DIR = "analyses"
+TEACHER_PROMPTS_DIR = "teacher_prompts"
+
+
+def write_dumps(ctx: RLContext, step: int, batch: Batch, scored: Rescored) -> list[Path]:
+    """`dump_analyses` (rank 0): `analyses/step_NNNNNN.jsonl`, one line per episode of the update (its analysis
+    prompt, the raw answer, the parsed episode and step skills, the rejection reason), and
+    `teacher_prompts/step_NNNNNN.jsonl`, one line per turn-sample with a teacher prompt (the prompt with the
+    skill inserted, after leak_guard); turns are numbered from 1, as in samples.jsonl. Returns the files written."""
+    import orjson
+
+    from seedcli.atomic import atomic_write_bytes
+    from seedcli.prompts import analysis_prompt_version, is_visual
+
+    cfg = ctx.cfg
+    if not (cfg.dump_analyses and ctx.info.is_main and ctx.run_dir is not None):
+        return []
+    analyses = batch.analyses or [None] * len(batch.episodes)
+    episodes = []
+    for ep, skill, reason, a in zip(batch.episodes, batch.skills, batch.reasons, analyses, strict=True):
+        asked = a is not None and bool(a.prompt)
+        episodes.append(
+            {
+                "step": step,
+                "episode_id": ep.episode_id,
+                "group_id": ep.group_id,
+                "category": ep.category,
+                "won": ep.won,
+                "score": ep.score,
+                "length": ep.length,
+                "skill_source": ctx.plan.analyzer,
+                "skill_mode": cfg.skill_mode,
+                "prompt_version": analysis_prompt_version(is_visual(ep), cfg.skill_mode) if asked else None,
+                "prompt": a.prompt if asked else None,  # None: not analysed (static, rules, skipped won episode)
+                "answer": a.raw if asked else None,
+                "attempts": a.attempts if a is not None else 0,
+                "episode_summary": a.summary if a is not None else None,
+                "episode_skill": a.skill if a is not None else skill,
+                "step_skills": {str(t + 1): text for t, text in (a.step_skills if a is not None else {}).items()},
+                "step_dropped": dict(a.step_dropped) if a is not None else {},
+                "skill": skill,  # the episode skill the teacher pass uses (None: rejected, skipped or none)
+                "reason": reason,
+            }
+        )
+    prompts = [
+        {
+            "step": step,
+            "episode_id": batch.episodes[s.episode_index].episode_id,
+            "turn": s.turn_index + 1,
+            "source": "step" if s.step_skill else "episode",
+            "teacher_prompt": s.skill_prompt,
+        }
+        for s in scored.samples
+        if s.skill_prompt is not None
+    ]
+    written = []
+    for folder, rows in ((ANALYSES_DIR, episodes), (TEACHER_PROMPTS_DIR, prompts)):
+        path = ctx.run_dir / folder / f"step_{step:06d}.jsonl"
+        atomic_write_bytes(path, b"".join(orjson.dumps(row) + b"\n" for row in rows))
+        written.append(path)
+    return written
 
 
 # --------------------------------------------------------------------------------------------- checkpoint

@@ -53,6 +53,7 @@ class TurnSample:
     ref_logp: torch.Tensor | None = field(default=None, repr=False)
     skill_logp: torch.Tensor | None = field(default=None, repr=False)
     has_skill: bool = False  # a skill-augmented prompt exists (so ℓ_skill is scored and OPD applies)
+    step_skill: bool = False  # that prompt carries the turn's step skill (skill_mode episode_step / step_only)
     prompt_len: int = -1
     skill_prompt_len: int = -1
     prompt: str = field(default="", repr=False)  # the turn's user message, kept until rendered
@@ -99,6 +100,9 @@ def build_turn_samples(
     invalid_penalty: float = 0.1,
     normalize_std: bool = True,
     contrast_skills: Sequence[str | None] | None = None,
+    skill_mode: str = "episode_only",
+    step_skills: Sequence[dict[int, str] | None] | None = None,
+    insert_step_skill: Callable[[str, str], str] | None = None,
 ) -> list[TurnSample]:
     """Turn-samples of `episodes` (Trajectory records) with GRPO advantages: each turn scores
     `win_reward·won − invalid_penalty·invalid`, normalised over all turn-samples of its group (mean and std, or the
@@ -106,15 +110,32 @@ def build_turn_samples(
     tokens); `insert_skill(prompt, skill)` is the environment's skill-augmented prompt (the block after its task
     line). Turns without response tokens are dropped. `render=None` leaves the prompts untokenised: render the ones
     this rank needs with `render_samples`. `contrast_skills[i]` (opd_contrast): another episode's skill, inserted
-    the same way into a second teacher prompt of each of episode i's turns that has a skill prompt."""
+    the same way into a second teacher prompt of each of episode i's turns that has an episode-skill prompt.
+
+    Step skills (`skill_mode` episode_step / step_only; `step_skills[i]`: turn index -> step skill of episode i):
+    a turn with a step skill gets `insert_step_skill(prompt, step skill)` as its teacher prompt, without the episode
+    skill (the SEED code's skill_teacher_mode step_priority); under episode_step only in an episode that has an
+    episode skill, whose other turns get the episode skill; under step_only the turns without a step skill get no
+    teacher prompt, so no OPD."""
     samples: list[TurnSample] = []
     others = list(contrast_skills) if contrast_skills is not None else [None] * len(episodes)
-    for ei, (ep, skill, other) in enumerate(zip(episodes, skills, others, strict=True)):
+    steps = list(step_skills) if (step_skills is not None and skill_mode != "episode_only") else [None] * len(episodes)
+    for ei, (ep, skill, other, by_turn) in enumerate(zip(episodes, skills, others, steps, strict=True)):
+        if skill_mode == "episode_step" and not skill:
+            by_turn = None  # the SEED code: a trajectory without an episode skill gets no teacher at all
         for ti, turn in enumerate(ep.turns):
             if not turn.response_ids:
                 continue
-            skill_prompt = insert_skill(turn.prompt, skill) if (skill and with_skill_context) else None
-            contrast_prompt = insert_skill(turn.prompt, other) if (skill_prompt is not None and other) else None
+            step = (by_turn or {}).get(ti) if with_skill_context else None
+            if step:
+                skill_prompt = insert_step_skill(turn.prompt, step)
+            elif skill and with_skill_context and skill_mode != "step_only":
+                skill_prompt = insert_skill(turn.prompt, skill)
+            else:
+                skill_prompt = None
+            contrast_prompt = (
+                insert_skill(turn.prompt, other) if (skill_prompt is not None and other and not step) else None
+            )
             samples.append(
                 TurnSample(
                     episode_index=ei,
@@ -125,6 +146,7 @@ def build_turn_samples(
                     skill_prompt_ids=None,
                     score=turn_scores(ep.won, turn.valid, win_reward=win_reward, invalid_penalty=invalid_penalty),
                     has_skill=skill_prompt is not None,
+                    step_skill=bool(step),
                     prompt=turn.prompt,
                     skill_prompt=skill_prompt,
                     images=[turn.image] * turn.prompt.count(IMAGE_PLACEHOLDER) if turn.image else [],

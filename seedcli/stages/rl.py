@@ -77,7 +77,11 @@ def resolve_plan(cfg: RLConfig) -> Plan:
         if cfg.algo == "sdar":
             raise UserError("--algo sdar needs skills: use --analyzer static:FILE (default data/static_skills.json)")
         return Plan("none", None, cfg.opd_coef, beta)
-    raise UserError(f"--analyzer {spec!r}: use self | static:FILE | none")
+    if spec == "rules":
+        if cfg.algo == "sdar":
+            raise UserError("--algo sdar distils from a fixed library: use --analyzer static:FILE, not rules")
+        return Plan("rules", None, cfg.opd_coef, beta)
+    raise UserError(f"--analyzer {spec!r}: use self | rules | static:FILE | none")
 
 
 def skill_categories(env_name: str) -> SkillCategories:
@@ -252,6 +256,7 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     D.barrier(info)
     ctx = _context(cfg, plan, info, engine, meta, models, env)
     ctx.images = run_images(run_dir)  # observation images (visual environments), shared by the ranks of one node
+    ctx.run_dir = run_dir  # dump_analyses writes here
     loop = _TrainingLoop(ctx, sampler, val_games, guard, run_dir, start_step, timing_load)
     return loop.run(env)
 
@@ -360,6 +365,7 @@ def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple
         sample_record,
         update_metrics,
         update_policy,
+        write_dumps,
     )
     from seedcli.rollout import episode_metrics
 
@@ -371,14 +377,16 @@ def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple
         mine = roll_out(ctx, pool, games, step)
     log.memory("rollout")
     with log.timed("analyze"):  # 2. π_old writes a hindsight skill per finished episode, or the static library
-        skills, reasons = analyse(ctx, mine, step)
-    batch = gather_episodes(mine, skills, reasons, ctx.info)
+        analyses: dict = {}  # the self-analyzer's parsed answers: step skills, prompts and answers for the dumps
+        skills, reasons = analyse(ctx, mine, step, analyses)
+    batch = gather_episodes(mine, skills, reasons, ctx.info, analyses, keep_text=ctx.cfg.dump_analyses)
     log.memory("analyze")
     sleep_engine(ctx.engine)  # vLLM: free the KV cache and weights for training; a no-op for the hf engine
     log.memory("sleep")
     with log.timed("rescore"):  # 3. ℓ_old, ℓ_skill and ℓ_ref of this rank's turn-samples, without gradient
         scored = rescore(ctx, batch, step, want_sample)
     log.memory("rescore")
+    write_dumps(ctx, step, batch, scored)  # dump_analyses: this update's analyses and teacher prompts (rank 0)
     log.timing["rescore_teacher"] = scored.teacher_s
     if ctx.cfg.opd_contrast != "none":  # the extra teacher pass under another episode's skill
         log.timing["rescore_contrast"] = scored.contrast_s
@@ -517,9 +525,11 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
         base_settings=settings_from(cfg), check_sync=check_sync,
         checksum_names=names_for_config(models.lm.config, linear=not getattr(engine, "on_cpu", False)),
         insert_skill=env.insert_skill, win_reward=env.success_reward, invalid_penalty=env.invalid_penalty,
+        insert_step_skill=env.insert_step_skill,
         vision_processor=vision_processor(engine, models, meta),
         audit_skills=lambda episodes, skills: leak_metrics(env, episodes, skills),
         find_leaks=lambda episodes, skills: find_leaks(env, episodes, skills),
+        rules_skill=env.rules_skill,
     )  # fmt: skip
 
 

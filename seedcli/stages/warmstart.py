@@ -23,6 +23,12 @@ the prompt), saved in place (Hugging Face format); `warmstart.json` beside it re
 greedy checks (acting and skill writing) and the wall time. The tiny preset's default shape is replaced by
 AGENT_SHAPE (see `warm_start(shape=...)`).
 
+Other environments (`--env sokoban`, webshop, search, ezpoints): the environment's own expert plays its training
+tasks through the generic EnvPool (Sokoban: the shortest plan by breadth-first search), with the same noise and
+labels; the thought is a constant (`THINK`), the skill-writing examples use the environment's analysis description
+and rules analyzer, and `skill_writing=False` leaves them out (a run whose skills come from `--analyzer rules`
+needs none).
+
 Demonstrations are cached (`$SEEDCLI_CACHE`, default ~/.cache/seedcli/expert-demos/): resets cost 1-5 s a game.
 """
 
@@ -130,9 +136,11 @@ class NoisyExpertPolicy:
 
     name = "expert"
 
-    def __init__(self, noise: float, seed: int):
+    def __init__(self, noise: float, seed: int, *, respond=format_response, fallback: str = "look"):
         self.noise = noise
         self.seed = seed
+        self.respond = respond  # (think, action) -> response text: the environment's format_response
+        self.fallback = fallback  # what a silent expert plays (ALFWorld's "look")
         self.labels: dict[str, list[str | None]] = {}
 
     def act(self, prompts, episodes, call: int) -> list:
@@ -141,12 +149,12 @@ class NoisyExpertPolicy:
             expert = ep.last.expert_action if ep.last else None
             labels = self.labels.setdefault(ep.spec.episode_id, [])
             labels.append(expert)
-            action = expert or "look"
+            action = expert or self.fallback
             rng = random.Random(_derive_seed(self.seed, "noise", ep.spec.episode_id, len(ep.turns)))
             choices = [a for a in (ep.last.admissible if ep.last else []) if a != action]
             if ep.turns and choices and rng.random() < self.noise:
                 action = rng.choice(choices)
-            out.append(Generated(format_response(THINK, action)))
+            out.append(Generated(self.respond(THINK, action)))
         return out
 
 
@@ -214,26 +222,91 @@ def expert_demonstrations(
     return [done[s.episode_id] for s in specs], path
 
 
+def env_demonstrations(
+    env,
+    games: int,
+    seed: int = 0,
+    *,
+    noise: float = 0.2,
+    max_steps: int | None = None,
+    history: int | None = None,
+    workers: int = 2,
+    cache_dir: str | os.PathLike | None = None,
+) -> tuple[list[DemoEpisode], Path]:
+    """The expert of any registered environment `env` (an `Environment`, not ALFWorld: `expert_demonstrations`) on
+    `games` training tasks chosen by `env.select_tasks` (as collect chooses them), with `noise` as above; cached by
+    (environment spec, tasks, noise, max_steps, history, prompt version). `max_steps` and `history` default to the
+    environment's. Returns (episodes in task order, cache file)."""
+    from seedcli.envs.pool import EnvPool
+
+    max_steps = env.max_steps if max_steps is None else max_steps
+    history = env.history if history is None else history
+    chosen = env.select_tasks(env.list_tasks(env.train_split), games, seed)
+    key_src = json.dumps(
+        {
+            "env": env.name,
+            "spec": env.spec(),
+            "tasks": [t.task_id for t in chosen],
+            "noise": noise,
+            "max_steps": max_steps,
+            "history": history,
+            "prompt": env.prompt_version,
+            "demo": DEMO_VERSION,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{env.name}-{len(chosen)}t-s{seed}-{key}.jsonl"
+    done: dict[str, DemoEpisode] = {}
+    if path.exists():
+        for d in iter_jsonl(path, DemoEpisode):
+            done[d.trajectory.episode_id] = d
+    specs = [EpisodeSpec(episode_id=f"g{i:04d}", group_id=f"g{i:04d}", task=t) for i, t in enumerate(chosen)]
+    todo = [s for s in specs if s.episode_id not in done]
+    if todo:
+        _log(f"the {env.title} expert plays {len(todo)} of {len(specs)} training tasks (noise {noise}; cache: {path})")
+        settings = RolloutSettings(
+            max_steps=max_steps, history=history, temperature=0.0, max_new_tokens=1, seed=seed, rollout="lockstep"
+        )
+        meta = {"engine": "none", "model_id": f"expert-{env.name}", "model_hash": "", "policy": "expert"}
+        policy = NoisyExpertPolicy(noise, seed, respond=env.format_response, fallback="")
+        with EnvPool(env, workers, expert=True) as pool, JsonlWriter(path) as writer:
+
+            def on_done(traj: Trajectory) -> None:
+                labels = policy.labels.pop(traj.episode_id)[: len(traj.turns)]
+                demo = DemoEpisode(trajectory=traj, labels=labels)
+                writer.write(demo)
+                done[traj.episode_id] = demo
+
+            play_episodes(todo, policy, pool, settings, meta, on_done, max_active=max(2 * max(workers, 1), 16))
+    return [done[s.episode_id] for s in specs], path
+
+
 # ----------------------------------------------------------------------------------------------- training data
 
 
-def demo_examples(demos: list[DemoEpisode], tokenizer) -> list[tuple[list[int], list[int]]]:
+def demo_examples(demos: list[DemoEpisode], tokenizer, env=None) -> list[tuple[list[int], list[int]]]:
     """Acting examples: (prompt ids, response ids) for every labelled turn of the episodes the expert won, the prompt
     rendered with the chat template exactly as the rollout engines render it; the response is demo_thinks' thought
-    and the expert's action at that state, and ends with <|im_end|>, as a generated turn that stopped does."""
+    and the expert's action at that state, and ends with <|im_end|>, as a generated turn that stopped does. `env`
+    (another environment than ALFWorld): its format_response and the constant THINK."""
     from seedcli.engines.base import render_chat, stop_token_ids
 
     eos = stop_token_ids(tokenizer)[0]
+    respond = format_response if env is None else env.format_response
     out = []
     for demo in demos:
         if not demo.trajectory.won:
             continue
-        thinks = demo_thinks(demo.trajectory)
+        thinks = demo_thinks(demo.trajectory) if env is None else [THINK] * len(demo.trajectory.turns)
         for turn, label, think in zip(demo.trajectory.turns, demo.labels, thinks, strict=False):
             if not _usable(label, turn):
                 continue
             prompt = render_chat(tokenizer, [{"role": "user", "content": turn.prompt}])
-            response = tokenizer.encode(format_response(think, label), add_special_tokens=False) + [eos]
+            response = tokenizer.encode(respond(think, label), add_special_tokens=False) + [eos]
             out.append((prompt, response))
     return out
 
@@ -244,22 +317,24 @@ def _usable(label: str | None, turn) -> bool:
     return bool(label) and label != "look" and label in turn.admissible
 
 
-def analysis_example_texts(demos: list[DemoEpisode], max_chars: int) -> list[tuple[str, str]]:
+def analysis_example_texts(demos: list[DemoEpisode], max_chars: int, env=None) -> list[tuple[str, str]]:
     """Skill-writing examples: (analysis prompt, the rules analyzer's JSON) per demonstration episode, won or lost;
-    the prompt is the one rl's self-analyzer renders (`render_analysis_prompt(..., max_chars)`)."""
+    the prompt is the one rl's self-analyzer renders (`render_analysis_prompt(..., max_chars)`). `env`: another
+    environment than ALFWorld (its analysis description and rules analyzer)."""
     from seedcli.analyzers.rules import rules_skill
     from seedcli.envs.alfworld import ALFWORLD_ANALYSIS_DESCRIPTION
     from seedcli.prompts import analysis_turns, render_analysis_prompt
+
+    description = ALFWORLD_ANALYSIS_DESCRIPTION if env is None else env.analysis_description
+    rules = rules_skill if env is None else env.rules_skill
 
     out = []
     for demo in demos:
         traj = demo.trajectory
         if not traj.turns:
             continue
-        prompt = render_analysis_prompt(
-            traj.task, traj.won, analysis_turns(traj), max_chars, description=ALFWORLD_ANALYSIS_DESCRIPTION
-        )
-        summary, skill = rules_skill(traj)
+        prompt = render_analysis_prompt(traj.task, traj.won, analysis_turns(traj), max_chars, description=description)
+        summary, skill = rules(traj)
         out.append((prompt, json.dumps({"episode_summary": summary, "episode_skill": skill})))
     return out
 
@@ -334,8 +409,8 @@ def warm_start(
     batch_tokens: int = 4096,
     prompt_weight: float = 0.5,
     noise: float = 0.2,
-    max_steps: int = 40,
-    history: int = 5,
+    max_steps: int | None = None,
+    history: int | None = None,
     analysis_max_chars: int = 6000,
     threads: int | None = None,
     workers: int = 2,
@@ -343,13 +418,17 @@ def warm_start(
     cache_dir: str | os.PathLike | None = None,
     check_turns: int = 64,
     check_skills: int = 8,
+    env: str = "alfworld",
+    skill_writing: bool = True,
 ) -> dict:
     """Behaviour-clone the expert on `games` training games for `epochs` epochs into the model at `model_dir`
     (trained in place) and write warmstart.json beside it. `prompt_weight` adds a small next-token loss on the
     prompt (teaches a from-scratch model the game's language and to copy from it); 0 = response tokens only.
     With `shape` (default AGENT_SHAPE), a model of another shape is first rebuilt in place with that shape (same
     preset tokenizer and seed): the default tiny shape is too small to pick the expert's action out of the prompt;
-    `shape=None` trains the model as given."""
+    `shape=None` trains the model as given. `env`: whose expert (ALFWorld's searching expert; any other registered
+    environment's own expert, `env_demonstrations`); `max_steps` and `history` default to 40 and 5 on ALFWorld, the
+    environment's own elsewhere; `skill_writing=False` trains acting only."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -363,23 +442,48 @@ def warm_start(
     t_start = time.time()
     model_dir = Path(model_dir)
     rebuilt = _ensure_shape(model_dir, shape, seed)
-    demos, cache_path = expert_demonstrations(
-        games,
-        seed,
-        noise=noise,
-        max_steps=max_steps,
-        history=history,
-        workers=workers,
-        data_root=data_root,
-        cache_dir=cache_dir,
-    )
+    environment = None
+    if env == "alfworld":
+        max_steps = 40 if max_steps is None else max_steps
+        history = 5 if history is None else history
+        demos, cache_path = expert_demonstrations(
+            games,
+            seed,
+            noise=noise,
+            max_steps=max_steps,
+            history=history,
+            workers=workers,
+            data_root=data_root,
+            cache_dir=cache_dir,
+        )
+    else:
+        from seedcli.envs import get_env
+
+        environment = get_env(env, data_root=data_root) if data_root is not None else get_env(env)
+        max_steps = environment.max_steps if max_steps is None else max_steps
+        history = environment.history if history is None else history
+        demos, cache_path = env_demonstrations(
+            environment,
+            games,
+            seed,
+            noise=noise,
+            max_steps=max_steps,
+            history=history,
+            workers=workers,
+            cache_dir=cache_dir,
+        )
     # the last few episodes are held out of skill writing, to check it on prompts the model has not seen
+    check_skills = check_skills if skill_writing else 0
     held_out = demos[-check_skills:] if check_skills else []
-    skill_pairs = analysis_example_texts(demos[: len(demos) - len(held_out)], analysis_max_chars)
+    skill_pairs = (
+        analysis_example_texts(demos[: len(demos) - len(held_out)], analysis_max_chars, environment)
+        if skill_writing
+        else []
+    )
     t_demos = time.time() - t_start
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    acting = demo_examples(demos, tokenizer)
+    acting = demo_examples(demos, tokenizer, environment)
     writing = analysis_examples(skill_pairs, tokenizer)
     if not acting:
         raise UserError(f"the expert won none of the {len(demos)} demonstration games; nothing to clone")
@@ -402,14 +506,20 @@ def warm_start(
 
     model.save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)
-    check, skill_check = clone_checks(model_dir, demos, held_out, check_turns, analysis_max_chars, seed)
+    check, skill_check = clone_checks(model_dir, demos, held_out, check_turns, analysis_max_chars, seed, environment)
     epoch_nll = []
     for e in range(1, epochs + 1):
         rows = [c["response_nll"] for c in curve if c["epoch"] == e]
         epoch_nll.append(sum(rows) / len(rows))
     record = {
-        "method": "behaviour cloning of ALFWorld's searching hand-coded expert with noise injection (agent prompt "
-        "format) + skill writing (analysis prompt -> rules analyzer JSON)",
+        "method": (
+            "behaviour cloning of ALFWorld's searching hand-coded expert"
+            if environment is None
+            else f"behaviour cloning of the {environment.title} expert"
+        )
+        + " with noise injection (agent prompt format)"
+        + (" + skill writing (analysis prompt -> rules analyzer JSON)" if skill_writing else ""),
+        "env": env,
         "demonstrator": DEMO_VERSION,
         "games": len(demos),
         "games_won_by_expert": won,
@@ -510,20 +620,28 @@ def train_clone(
 
 
 def clone_checks(
-    model_dir: Path, demos: list[DemoEpisode], held_out: list[DemoEpisode], turns: int, max_chars: int, seed: int
+    model_dir: Path,
+    demos: list[DemoEpisode],
+    held_out: list[DemoEpisode],
+    turns: int,
+    max_chars: int,
+    seed: int,
+    env=None,
 ) -> tuple[dict, dict]:
-    """(greedy acting check, skill-writing check on the held-out episodes) of the saved clone, loaded through the
-    hf engine as collect, rl and eval will load it."""
+    """(greedy acting check, skill-writing check on the held-out episodes; empty without any) of the saved clone,
+    loaded through the hf engine as collect, rl and eval will load it. `env`: another environment than ALFWorld."""
     from seedcli.engines.hf import HFEngine
 
     engine = HFEngine(model_dir, device="cpu", seed=seed)
     try:
-        check = greedy_check(engine, demos, turns, seed)
+        check = greedy_check(engine, demos, turns, seed, env)
         _log(
             f"greedy check on {check['turns']} demonstration turns: valid {check['valid_rate']:.0%}, admissible "
             f"{check['admissible_rate']:.0%}, expert action {check['expert_action_rate']:.0%}"
         )
-        skill_check = skill_writing_check(engine, held_out, max_chars)
+        if not held_out:
+            return check, {"episodes": 0, "kept": 0, "examples": []}
+        skill_check = skill_writing_check(engine, held_out, max_chars, env=env)
         _log(
             f"skill check on {skill_check['episodes']} held-out episodes: parseable skill "
             f"{skill_check['kept']}/{skill_check['episodes']}"
@@ -550,11 +668,13 @@ def _ensure_shape(model_dir: Path, shape: dict[str, Any] | None, seed: int) -> b
     return True
 
 
-def greedy_check(engine, demos: list[DemoEpisode], turns: int, seed: int) -> dict:
+def greedy_check(engine, demos: list[DemoEpisode], turns: int, seed: int, env=None) -> dict:
     """Greedy response (through an Engine) on `turns` sampled demonstration prompts: how often it is well-formed,
     admissible and the expert's own action at that state (teacher-forced history: the states the demonstrations
     visited)."""
-    from seedcli.envs.alfworld import parse_action
+    from seedcli.envs.alfworld import parse_action as alfworld_parse
+
+    parse_action = alfworld_parse if env is None else env.parse_action
 
     pool = [
         (t, label)
@@ -585,7 +705,7 @@ def greedy_check(engine, demos: list[DemoEpisode], turns: int, seed: int) -> dic
     }
 
 
-def skill_writing_check(engine, demos: list[DemoEpisode], max_chars: int, max_new_tokens: int = 256) -> dict:
+def skill_writing_check(engine, demos: list[DemoEpisode], max_chars: int, max_new_tokens: int = 256, env=None) -> dict:
     """Greedy skill JSON for held-out demonstration episodes, asked through rl's self-analyzer (PolicyAnalyzer, one
     attempt) and judged by its parser."""
     from seedcli.analyzers import analysis_messages
@@ -593,7 +713,7 @@ def skill_writing_check(engine, demos: list[DemoEpisode], max_chars: int, max_ne
     from seedcli.analyzers.policy import PolicyAnalyzer
 
     analyzer = PolicyAnalyzer(engine, max_new_tokens=max_new_tokens)
-    pairs = analysis_example_texts(demos, max_chars)
+    pairs = analysis_example_texts(demos, max_chars, env)
     responses = analyzer.analyze_batch([analysis_messages(prompt) for prompt, _ in pairs])
     kept, examples = 0, []
     for response in responses:

@@ -118,6 +118,41 @@ def test_analyze_failed_analyses_only_the_failed_episodes():
     assert engine.calls == []
 
 
+def test_rules_analyzer_writes_each_episodes_skill_from_its_trajectory():
+    """`--analyzer rules`: the environment's rules analyzer (ALFWorld's here) answers for every episode, no engine
+    call; `analyze: failed` skips won ones; a skill under `min_skill_words` is rejected as too short."""
+    from seedcli.envs import get_env
+    from seedcli.stages.rl import resolve_plan
+
+    env = get_env("alfworld")
+    episodes = [trajectory("e0", True), trajectory("e1", False)]
+    expected = [env.rules_skill(ep)[1] for ep in episodes]
+    assert all(len(s.split()) >= 5 for s in expected) and expected[0] != expected[1]  # outcome-specific skills
+    engine = ScriptedEngine([])
+
+    def ctx(cfg):
+        return SimpleNamespace(
+            cfg=cfg, plan=resolve_plan(cfg), engine=engine, info=DistInfo(), images=None, in_rollout_analysis=None,
+            rules_skill=env.rules_skill,
+        )  # fmt: skip
+
+    cfg = RLConfig(analyzer="rules")
+    assert ctx(cfg).plan.analyzer == "rules" and ctx(cfg).plan.teacher
+    assert analyse(ctx(cfg), episodes, step=1) == (expected, [None, None])
+    assert analyse(ctx(RLConfig(analyzer="rules", analyze="failed")), episodes, step=1) == (
+        [None, expected[1]],
+        [SKIPPED_SUCCESS, None],
+    )
+    longest = max(len(s.split()) for s in expected)
+    assert analyse(ctx(RLConfig(analyzer="rules", min_skill_words=longest + 1)), episodes, step=1) == (
+        [None, None],
+        [TOO_SHORT, TOO_SHORT],
+    )
+    assert engine.calls == []  # nothing generated
+    with pytest.raises(Exception, match="static:FILE, not rules"):
+        resolve_plan(RLConfig(analyzer="rules", algo="sdar"))
+
+
 def test_in_rollout_analysis_skips_won_episodes_and_retries_as_configured():
     engine = ScriptedEngine([])
     analysis = SelfAnalysis(engine, 64, attempts=3, min_words=5, failed_only=True)
@@ -204,7 +239,7 @@ def test_update_metrics_reports_the_official_opd_names():
         win_reward=10.0, invalid_penalty=0.1, cfg=RLConfig(),
     )  # fmt: skip
     log = PhaseLog(info)
-    log.timing["rollout"] = 1.0
+    log.timing.update({"rollout": 1.0, "rescore": 3.0, "rescore_teacher": 1.0, "rescore_contrast": 0.5})
     summary = {"success_rate": 1 / 3, "success_by_type": {}, "mean_length": 1.0, "invalid_rate": 0.0}
     record = update_metrics(
         ctx, 1, epoch=0, games=1, batch=batch, episode_summary=summary, scored=scored, result=result, sync={},
@@ -215,3 +250,5 @@ def test_update_metrics_reports_the_official_opd_names():
     assert record["opd/gate_mean"] == 0.6 and record["opd/token_frac"] == 0.5  # kept as they were
     assert record["analyzer/skipped_success"] == 1
     assert record["analyzer/rejected/unparseable"] == 1 and f"analyzer/rejected/{SKIPPED_SUCCESS}" not in record
+    # tokens (4 plain + 6 skill-context) over rollout + rescore (the teacher and contrast passes are inside rescore)
+    assert record["perf/tokens_per_s"] == pytest.approx(10 / 4.0)

@@ -126,6 +126,7 @@ class EZPointsEnv(Environment):
     task_line_prefix = TASK_LINE_PREFIX
     max_steps = 8
     history = 0
+    max_step_skills = 0  # the SEED code's analysis_max_step_skills_per_traj for ezpoints
     success_reward = 10.0
     invalid_penalty = 0.1
     advantage_norm = "mean_std"

@@ -84,6 +84,7 @@ class SearchEnv(Environment):
     task_line_prefix = TASK_LINE_PREFIX
     max_steps = 4
     history = 4
+    max_step_skills = 2  # the SEED code's analysis_max_step_skills_per_traj for search
     success_reward = 1.0  # reward = 1·exact match
     invalid_penalty = 0.01  # the SEED code's value for search
     advantage_norm = "mean_std"

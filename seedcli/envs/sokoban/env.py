@@ -181,6 +181,7 @@ class SokobanEnv(Environment):
     task_line_prefix = TASK_LINE_PREFIX
     max_steps = 15
     history = 2
+    max_step_skills = 2  # the SEED code's analysis_max_step_skills_per_traj for sokoban
     success_reward = 10.0
     invalid_penalty = 0.1
     advantage_norm = "mean_std"

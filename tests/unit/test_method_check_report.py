@@ -1,0 +1,105 @@
+"""scripts/method_check_report.py on a hand-made method-check directory (2 seeds × 2 arms): the per-arm mean ± std,
+the paired differences and their reading, the measures and the cost ratio, each against a hand computation."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("method_check_report", ROOT / "scripts" / "method_check_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _eval(path: Path, wins: int, games: int) -> str:
+    path.mkdir(parents=True)
+    result = {
+        "schema_version": 2, "env": "sokoban", "split": "test", "macro_success": wins / games,
+        "micro_success": wins / games, "categories": {"sokoban": {"games": games, "wins": wins}},
+    }  # fmt: skip
+    (path / "results.json").write_text(json.dumps(result))
+    return str(path)
+
+
+def _rl(path: Path, rows: list[dict]) -> str:
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, **r}) + "\n" for i, r in enumerate(rows)))
+    return str(path)
+
+
+def test_report_computes_spreads_pairs_and_costs(report, tmp_path):
+    runs = tmp_path / "runs"
+    config = tmp_path / "mc.yaml"
+    config.write_text(
+        "env: sokoban\nmethod_check:\n  seeds: [0, 1]\n  arms:\n    grpo: '--algo grpo'\n    seed: '--algo seed'\n"
+        "    seed_guarded: '--algo seed leak_guard=mask'\n"
+        "rl: {steps: 2}\neval: {limit: 100, temperature: 0.4, max_steps: 15}\n"
+    )
+    runs.mkdir()
+    (runs / "machine.json").write_text(json.dumps({"config": str(config), "jobs": 2}))
+    wins = {
+        ("grpo", 0): 20,
+        ("grpo", 1): 30,
+        ("seed", 0): 40,
+        ("seed", 1): 44,
+        ("seed_guarded", 0): 25,
+        ("seed_guarded", 1): 25,
+    }
+    index = {}
+    for (arm, seed), w in wins.items():
+        index[f"eval_{arm}_s{seed}"] = _eval(runs / "eval" / f"{arm}{seed}", w, 100)
+        step = 10.0 if arm == "grpo" else 12.0 + seed  # seconds per update, 100 turn-samples each
+        leak = 0.0 if arm == "grpo" else 0.25 * (seed + 1)
+        index[f"rl_{arm}_s{seed}"] = _rl(
+            runs / "rl" / f"{arm}{seed}",
+            [{"timing_s/step": step, "rollout/turn_samples": 100, "skills/leak_frac": leak,
+              "rollout/success_rate": 0.1 * (k + 1)} for k in range(2)],
+        )  # fmt: skip
+    (runs / "index.json").write_text(json.dumps(index))
+    (runs / "commands.jsonl").write_text(
+        json.dumps(
+            {"name": "rl_grpo_s0", "command": "seed rl", "seconds": 60.0, "finished_utc": "2026-12-02T01:00:00Z"}
+        )
+        + "\n"
+    )
+    out = tmp_path / "doc" / "method-check.md"
+    out.parent.mkdir()
+    text = report.Doc(report.Check(runs), out).write().read_text()
+    # GRPO 20%, 30%: mean 25.0, sample std 7.1; SEED 40%, 44%: mean 42.0, std 2.8
+    assert "| GRPO | 20.0% | 30.0% | 25.0 ± 7.1% |" in text
+    assert "| SEED | 40.0% | 44.0% | 42.0 ± 2.8% |" in text
+    # paired SEED − GRPO: +20, +14 → mean +17.0, std 4.2; both positive; noise at the mean p = 184/600 = 0.3067,
+    # n = 100: se = sqrt(.3067·.6933/100) = 4.61 points, 2·√2·se = 13.0 < 17.0 → beyond the noise
+    assert (
+        "| SEED − GRPO (points) | +20.0 | +14.0 | +17.0 ± 4.2 | higher in every seed, beyond the evaluation's noise |"
+        in text
+    )
+    assert "standard error is 4.6 points" in text
+    # guarded − GRPO: +5, −5 → the seeds disagree; guarded − SEED: −15, −19 → lower in every seed, beyond the noise
+    assert (
+        "| SEED + guards − GRPO (points) | +5.0 | -5.0 | +0.0 ± 7.1 | the seeds disagree in sign: no difference shown |"
+        in text
+    )
+    assert (
+        "| SEED + guards − SEED (points) | -15.0 | -19.0 | -17.0 ± 2.8 | lower in every seed, beyond the evaluation's noise |"
+        in text
+    )
+    # leak_frac per run: seed 0.25, 0.5 → 37.5 ± 17.7%; GRPO 0
+    assert "37.5 ± 17.7%" in text
+    # time per turn-sample, SEED / GRPO paired: 1.2, 1.3 → 1.25 ± 0.07
+    assert "SEED / GRPO **1.25× ± 0.07**" in text
+
+
+def test_mean_std_is_the_sample_std(report):
+    assert report.mean_std([1.0]) == (1.0, 0.0)
+    m, s = report.mean_std([0.1, -0.1, 0.3])
+    assert m == pytest.approx(0.1) and s == pytest.approx(0.2)
