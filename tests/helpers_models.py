@@ -11,6 +11,16 @@ from seedcli.engines.tiny import EOS_TOKEN, build_tiny_model
 from seedcli.envs import sample_texts
 
 # ALFWorld-like chats of clearly different lengths, so batches need padding
+# a model shape small enough for warm-start tests on two shared cores: 2 layers, hidden 64 would break vLLM's head_dim
+# rule but is fine for hf
+SMALL_SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
+
 CHATS = [
     [{"role": "user", "content": "look"}],
     [{"role": "user", "content": "Your task is to: put a clean mug in coffeemachine. You arrive at countertop 1."}],

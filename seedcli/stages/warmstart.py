@@ -174,52 +174,29 @@ def expert_demonstrations(
     data root). Returns (episodes in game order, cache file)."""
     root = resolve_data_root(data_root)
     chosen = select_games(list_games(root, "train"), games, seed)
-    key_src = json.dumps(
-        {
-            "games": [g.game_file for g in chosen],
-            "noise": noise,
-            "max_steps": max_steps,
-            "history": history,
-            "prompt": AGENT_PROMPT_VERSION,
-            "demo": DEMO_VERSION,
-            "root": str(root),
-        },
-        sort_keys=True,
-    )
-    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"train-{len(chosen)}g-s{seed}-{key}.jsonl"
-
-    done: dict[str, DemoEpisode] = {}
-    if path.exists():
-        for d in iter_jsonl(path, DemoEpisode):
-            done[d.trajectory.episode_id] = d
-    specs = [EpisodeSpec(episode_id=f"g{i:04d}", group_id=f"g{i:04d}", game=g) for i, g in enumerate(chosen)]
-    todo = [s for s in specs if s.episode_id not in done]
-    if todo:
-        _log(f"the searching expert plays {len(todo)} of {len(specs)} training games (noise {noise}; cache: {path})")
-        # lockstep: the demonstrations are written in the order the episodes end, and that order is part of the data
-        settings = RolloutSettings(
+    key = {
+        "games": [g.game_file for g in chosen],
+        "noise": noise,
+        "max_steps": max_steps,
+        "history": history,
+        "prompt": AGENT_PROMPT_VERSION,
+        "demo": DEMO_VERSION,
+        "root": str(root),
+    }
+    return _played_demonstrations(
+        chosen,
+        key,
+        f"train-{len(chosen)}g-s{seed}",
+        NoisyExpertPolicy(noise, seed),
+        lambda: EnvPool(workers, expert="search", data_root=root),
+        RolloutSettings(
             max_steps=max_steps, history=history, temperature=0.0, max_new_tokens=1, seed=seed, rollout="lockstep"
-        )
-        meta = {"engine": "none", "model_id": "expert-search", "model_hash": "", "policy": "expert"}
-        policy = NoisyExpertPolicy(noise, seed)
-        t0 = time.time()
-        with EnvPool(workers, expert="search", data_root=root) as pool, JsonlWriter(path) as writer:
-
-            def on_done(traj: Trajectory) -> None:
-                labels = policy.labels.pop(traj.episode_id)[: len(traj.turns)]
-                demo = DemoEpisode(trajectory=traj, labels=labels)
-                writer.write(demo)
-                done[traj.episode_id] = demo
-                n = len(done)
-                if n % 20 == 0 or n == len(specs):
-                    won = sum(d.trajectory.won for d in done.values())
-                    _log(f"  {n}/{len(specs)} expert episodes, {won} won ({time.time() - t0:.0f}s)")
-
-            play_episodes(todo, policy, pool, settings, meta, on_done, max_active=max(2 * max(workers, 1), 4))
-    return [done[s.episode_id] for s in specs], path
+        ),
+        who="the searching expert",
+        model_id="expert-search",
+        max_active=max(2 * max(workers, 1), 4),
+        cache_dir=cache_dir,
+    )
 
 
 def env_demonstrations(
@@ -237,29 +214,57 @@ def env_demonstrations(
     `games` training tasks chosen by `env.select_tasks` (as collect chooses them), with `noise` as above; cached by
     (environment spec, tasks, noise, max_steps, history, prompt version). `max_steps` and `history` default to the
     environment's. Returns (episodes in task order, cache file)."""
-    from seedcli.envs.pool import EnvPool
+    from seedcli.envs.pool import EnvPool as GenericPool
 
     max_steps = env.max_steps if max_steps is None else max_steps
     history = env.history if history is None else history
     chosen = env.select_tasks(env.list_tasks(env.train_split), games, seed)
-    key_src = json.dumps(
-        {
-            "env": env.name,
-            "spec": env.spec(),
-            "tasks": [t.task_id for t in chosen],
-            "noise": noise,
-            "max_steps": max_steps,
-            "history": history,
-            "prompt": env.prompt_version,
-            "demo": DEMO_VERSION,
-        },
-        sort_keys=True,
-        default=str,
+    key = {
+        "env": env.name,
+        "spec": env.spec(),
+        "tasks": [t.task_id for t in chosen],
+        "noise": noise,
+        "max_steps": max_steps,
+        "history": history,
+        "prompt": env.prompt_version,
+        "demo": DEMO_VERSION,
+    }
+    return _played_demonstrations(
+        chosen,
+        key,
+        f"{env.name}-{len(chosen)}t-s{seed}",
+        NoisyExpertPolicy(noise, seed, respond=env.format_response, fallback=""),
+        lambda: GenericPool(env, workers, expert=True),
+        RolloutSettings(
+            max_steps=max_steps, history=history, temperature=0.0, max_new_tokens=1, seed=seed, rollout="lockstep"
+        ),
+        who=f"the {env.title} expert",
+        model_id=f"expert-{env.name}",
+        max_active=max(2 * max(workers, 1), 16),
+        cache_dir=cache_dir,
     )
-    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+
+
+def _played_demonstrations(
+    chosen: list,
+    key: dict,
+    stem: str,
+    policy: NoisyExpertPolicy,
+    open_pool,
+    settings: RolloutSettings,
+    *,
+    who: str,
+    model_id: str,
+    max_active: int,
+    cache_dir: str | os.PathLike | None,
+) -> tuple[list[DemoEpisode], Path]:
+    """The demonstrations of `chosen` tasks: those the cache file `<stem>-<hash of key>.jsonl` holds, and the rest
+    played now by `policy` in a pool from `open_pool()` and appended to it. Lockstep (`settings`): the
+    demonstrations are written in the order the episodes end, and that order is part of the data."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"{env.name}-{len(chosen)}t-s{seed}-{key}.jsonl"
+    path = cache / f"{stem}-{digest}.jsonl"
     done: dict[str, DemoEpisode] = {}
     if path.exists():
         for d in iter_jsonl(path, DemoEpisode):
@@ -267,21 +272,22 @@ def env_demonstrations(
     specs = [EpisodeSpec(episode_id=f"g{i:04d}", group_id=f"g{i:04d}", task=t) for i, t in enumerate(chosen)]
     todo = [s for s in specs if s.episode_id not in done]
     if todo:
-        _log(f"the {env.title} expert plays {len(todo)} of {len(specs)} training tasks (noise {noise}; cache: {path})")
-        settings = RolloutSettings(
-            max_steps=max_steps, history=history, temperature=0.0, max_new_tokens=1, seed=seed, rollout="lockstep"
-        )
-        meta = {"engine": "none", "model_id": f"expert-{env.name}", "model_hash": "", "policy": "expert"}
-        policy = NoisyExpertPolicy(noise, seed, respond=env.format_response, fallback="")
-        with EnvPool(env, workers, expert=True) as pool, JsonlWriter(path) as writer:
+        _log(f"{who} plays {len(todo)} of {len(specs)} training tasks (noise {policy.noise}; cache: {path})")
+        meta = {"engine": "none", "model_id": model_id, "model_hash": "", "policy": "expert"}
+        t0 = time.time()
+        with open_pool() as pool, JsonlWriter(path) as writer:
 
             def on_done(traj: Trajectory) -> None:
                 labels = policy.labels.pop(traj.episode_id)[: len(traj.turns)]
                 demo = DemoEpisode(trajectory=traj, labels=labels)
                 writer.write(demo)
                 done[traj.episode_id] = demo
+                n = len(done)
+                if n % 20 == 0 or n == len(specs):
+                    won = sum(d.trajectory.won for d in done.values())
+                    _log(f"  {n}/{len(specs)} expert episodes, {won} won ({time.time() - t0:.0f}s)")
 
-            play_episodes(todo, policy, pool, settings, meta, on_done, max_active=max(2 * max(workers, 1), 16))
+            play_episodes(todo, policy, pool, settings, meta, on_done, max_active=max_active)
     return [done[s.episode_id] for s in specs], path
 
 

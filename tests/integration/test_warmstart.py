@@ -18,17 +18,10 @@ from seedcli.envs.alfworld import (
     render_agent_prompt,
     select_games,
 )
+from tests.helpers_models import SMALL_SHAPE
 
 pytest.importorskip("alfworld")
 
-# small enough for two shared cores: 2 layers, hidden 64 would break vLLM's head_dim rule but is fine for hf
-SMALL_SHAPE = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
 
 
 NOISE = 0.3

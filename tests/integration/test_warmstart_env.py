@@ -11,14 +11,8 @@ import pytest
 from seedcli.envs import get_env
 from seedcli.envs.sokoban.expert import solve
 from seedcli.envs.sokoban.game import ACTION_NAMES, Sokoban
+from tests.helpers_models import SMALL_SHAPE
 
-SMALL_SHAPE = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-}
 NOISE = 0.3
 
 
