@@ -449,35 +449,18 @@ def warm_start(
     model_dir = Path(model_dir)
     rebuilt = _ensure_shape(model_dir, shape, seed)
     environment = None
-    if env == "alfworld":
-        max_steps = 40 if max_steps is None else max_steps
-        history = 5 if history is None else history
-        demos, cache_path = expert_demonstrations(
-            games,
-            seed,
-            noise=noise,
-            max_steps=max_steps,
-            history=history,
-            workers=workers,
-            data_root=data_root,
-            cache_dir=cache_dir,
-        )
-    else:
+    if env != "alfworld":
         from seedcli.envs import get_env
 
         environment = get_env(env, data_root=data_root) if data_root is not None else get_env(env)
-        max_steps = environment.max_steps if max_steps is None else max_steps
-        history = environment.history if history is None else history
-        demos, cache_path = env_demonstrations(
-            environment,
-            games,
-            seed,
-            noise=noise,
-            max_steps=max_steps,
-            history=history,
-            workers=workers,
-            cache_dir=cache_dir,
-        )
+    # ALFWorld's limits are the searching expert's (40 turns, history 5); elsewhere the environment's own
+    max_steps = max_steps if max_steps is not None else (40 if environment is None else environment.max_steps)
+    history = history if history is not None else (5 if environment is None else environment.history)
+    play = {"noise": noise, "max_steps": max_steps, "history": history, "workers": workers, "cache_dir": cache_dir}
+    if environment is None:
+        demos, cache_path = expert_demonstrations(games, seed, data_root=data_root, **play)
+    else:
+        demos, cache_path = env_demonstrations(environment, games, seed, **play)
     # the last few episodes are held out of skill writing, to check it on prompts the model has not seen
     check_skills = check_skills if skill_writing else 0
     held_out = demos[-check_skills:] if check_skills else []
