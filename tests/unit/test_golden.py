@@ -137,6 +137,7 @@ PROMPT_INPUTS: dict[str, dict] = {
     },
 }  # fmt: skip
 SKILL = "Find the object first, then act on it at the place the task names; check the result before you finish."
+STEP_SKILL = "Open the fridge before you look for the egg inside it."
 HISTORY_LENGTH = 2
 
 # The analysis prompt's trajectory: three turns, the second invalid; won (ALFWorld), half-scored (WebShop), lost.
@@ -193,10 +194,19 @@ def analysis_trajectory(env: str):
 def render_prompts() -> dict[str, str]:
     """File name -> text of every golden prompt, rendered by the current code."""
     from seedcli.envs import get_env
-    from seedcli.prompts import ANALYSIS_PROMPT_VERSION, SCHEMA_REMINDER, render_trajectory_analysis
+    from seedcli.prompts import (
+        ANALYSIS_PROMPT_VERSION,
+        ANALYSIS_STEP_PROMPT_VERSION,
+        SCHEMA_REMINDER,
+        render_trajectory_analysis,
+        schema_reminder,
+    )
 
     out: dict[str, str] = {}
-    versions: dict[str, dict[str, str]] = {"analysis": {"version": ANALYSIS_PROMPT_VERSION}}
+    versions: dict[str, dict[str, str]] = {
+        "analysis": {"version": ANALYSIS_PROMPT_VERSION},
+        "analysis_step": {"version": ANALYSIS_STEP_PROMPT_VERSION},
+    }
     for name in ENVS:
         env = get_env(name)
         inputs = PROMPT_INPUTS[name]
@@ -214,12 +224,22 @@ def render_prompts() -> dict[str, str]:
         full = render_trajectory_analysis(traj, description=description)
         out[f"{name}_analysis.txt"] = full
         out[f"{name}_analysis_cut.txt"] = render_trajectory_analysis(traj, len(full) - 1, description=description)
+        # skill_mode episode_step / step_only: the step-skill request and the critical-step block
+        out[f"{name}_analysis_step.txt"] = render_trajectory_analysis(
+            traj, description=description, skill_mode="episode_step", max_step_skills=2
+        )
+        out[f"{name}_analysis_step_only.txt"] = render_trajectory_analysis(
+            traj, description=description, skill_mode="step_only", max_step_skills=2
+        )
+        out[f"{name}_step_skill_history.txt"] = env.insert_step_skill(later, STEP_SKILL)
         versions[name] = {
             "prompt_version": env.prompt_version,
             "task_line_prefix": env.task_line_prefix,
             "analysis_description": description,
         }
     out["schema_reminder.txt"] = SCHEMA_REMINDER
+    out["schema_reminder_step.txt"] = schema_reminder("episode_step")
+    out["schema_reminder_step_only.txt"] = schema_reminder("step_only")
     out["tokenizer_corpus.txt"] = "\n<<<text>>>\n".join(tokenizer_templates())
     out["versions.json"] = json.dumps(versions, indent=1, sort_keys=True) + "\n"
     return out
@@ -269,6 +289,14 @@ def test_golden_prompts_exercise_what_they_claim(rendered):
         assert PROMPT_INPUTS[env]["history"][0][1] not in later  # history_length 2 of 3
         assert "[1 earlier step(s) omitted]" in rendered[f"{env}_analysis_cut.txt"]
         assert "INVALID (format error)" in rendered[f"{env}_analysis.txt"]
+        step = rendered[f"{env}_step_skill_history.txt"]
+        turn_line = "Now it's your turn"
+        assert STEP_SKILL in step and step.replace(STEP_SKILL, "") != later
+        assert (
+            step.index(STEP_SKILL) < step.index(turn_line) if turn_line in later else step.rstrip().endswith(STEP_SKILL)
+        )
+        assert "Also pick at most 2 critical step(s)" in rendered[f"{env}_analysis_step.txt"]
+        assert '"episode_skill"' not in rendered[f"{env}_analysis_step_only.txt"].split("Pick at most")[-1]
     assert "(score 0.50 of 1)" in rendered["webshop_analysis.txt"]
 
 
