@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from seedcli.reporting import load_results, plot_lines, read_metrics  # noqa: E402
 
-ARM_LABELS = {"grpo": "GRPO", "seed": "SEED", "seed_guarded": "SEED + guards"}
+ARM_LABELS = {"grpo": "GRPO", "seed": "SEED", "seed_guarded": "SEED + guards", "seed_opd1": "SEED, λ_opd 1.0"}
 PAPER_CONFIG = Path("configs/sokoban/paper_qwen25vl_3b.yaml")
 # the leak and harm measures (issue 19 §2-3), the OPD statistics the SEED code logs, and two health signals
 MEASURES = [
@@ -119,6 +119,17 @@ class Check:
                     self.results[(arm, seed)] = load_results(ev)
         ev = self.index.get("eval_warm")
         self.warm_result = load_results(ev) if ev and (Path(ev) / "results.json").exists() else None
+
+    def plays(self, arm: str, seed: int) -> dict[str, tuple[tuple[str, ...], bool]] | None:
+        """Each test room's (actions played, solved) in the eval of `arm`'s final model at `seed` (episodes.jsonl)."""
+        run = self.index.get(f"eval_{arm}_s{seed}")
+        path = Path(run) / "episodes.jsonl" if run else None
+        if path is None or not path.exists():
+            return None
+        out = {}
+        for row in _load_jsonl(path):
+            out[row["task_id"]] = (tuple(t["action"] for t in row["turns"]), bool(row["won"]))
+        return out
 
     def success(self, arm: str, seed: int) -> float | None:
         r = self.results.get((arm, seed))
@@ -343,6 +354,45 @@ class Doc:
             self.add(f"| {label} (points) | " + " | ".join(cells) + f" | {100 * m:+.1f} ± {100 * sd:.1f} | {reading} |")
         self.add("")
 
+    def divergence(self) -> None:
+        """How far each arm's final model drifted from GRPO's at the same seed: test rooms played with another move
+        sequence, and rooms whose outcome differs (same rooms, same sampling seed)."""
+        c = self.c
+        if "grpo" not in c.arms:
+            return
+        rows = []
+        for a in c.arms:
+            if a == "grpo":
+                continue
+            moved, flipped = [], []
+            for s in c.seeds:
+                mine, base = c.plays(a, s), c.plays("grpo", s)
+                if not mine or not base:
+                    continue
+                rooms = sorted(set(mine) & set(base))
+                moved.append(sum(mine[r][0] != base[r][0] for r in rooms) / len(rooms))
+                flipped.append(sum(mine[r][1] != base[r][1] for r in rooms) / len(rooms))
+            if moved:
+                rows.append((a, moved, flipped))
+        if not rows:
+            return
+        self.add(
+            "## 3b. How far each arm moved from GRPO",
+            "",
+            "The evaluation samples with the same seed for every model, so two final models that assign nearly the "
+            "same probabilities play the same moves. Per seed, the share of test rooms where the arm's final model "
+            "played a different move sequence than GRPO's, and where the outcome differs (solved by one, not the "
+            "other); mean ± std over the seeds.",
+            "",
+            "| arm | rooms played differently | rooms with another outcome |",
+            "|---|--:|--:|",
+        )
+        self.moved = {}
+        for a, moved, flipped in rows:
+            self.moved[a] = statistics.fmean(moved)
+            self.add(f"| {ARM_LABELS.get(a, a)} | {_pm(moved, 'pct')} | {_pm(flipped, 'pct')} |")
+        self.add("")
+
     def training(self) -> None:
         c = self.c
         if not c.metrics:
@@ -453,6 +503,11 @@ class Doc:
         self.add("## 7. What this shows", "")
         for r in getattr(self, "readings", []):
             self.add(f"- {r}.")
+        for a, share in getattr(self, "moved", {}).items():
+            self.add(
+                f"- {ARM_LABELS.get(a, a)}'s final model played {100 * share:.0f}% of the test rooms differently from "
+                "GRPO's at the same seed (mean over seeds)."
+            )
         c = self.c
         skill_arms = [a for a in c.arms if a != "grpo"]
         leaks = [v for a in skill_arms for v in c.per_run(a, "skills/leak_frac")]
@@ -487,6 +542,7 @@ class Doc:
         self.noise = math.nan
         self.evals()
         self.paired()
+        self.divergence()
         self.training()
         self.measures()
         self.cost()

@@ -20,8 +20,13 @@ def report():
     return module
 
 
-def _eval(path: Path, wins: int, games: int) -> str:
+def _eval(path: Path, wins: int, games: int, plays: list[tuple[str, bool]] | None = None) -> str:
     path.mkdir(parents=True)
+    rows = [
+        {"task_id": f"r{i}", "won": won, "turns": [{"action": a} for a in actions.split()]}
+        for i, (actions, won) in enumerate(plays or [])
+    ]
+    (path / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = {
         "schema_version": 2, "env": "sokoban", "split": "test", "macro_success": wins / games,
         "micro_success": wins / games, "categories": {"sokoban": {"games": games, "wins": wins}},
@@ -56,7 +61,11 @@ def test_report_computes_spreads_pairs_and_costs(report, tmp_path):
     }
     index = {}
     for (arm, seed), w in wins.items():
-        index[f"eval_{arm}_s{seed}"] = _eval(runs / "eval" / f"{arm}{seed}", w, 100)
+        # four logged rooms: SEED plays room 0 differently at both seeds, and changes its outcome at seed 0 only
+        plays = [("up left", False), ("down", True), ("right", False), ("up", True)]
+        if arm == "seed":
+            plays[0] = ("down left", seed == 0)
+        index[f"eval_{arm}_s{seed}"] = _eval(runs / "eval" / f"{arm}{seed}", w, 100, plays)
         step = 10.0 if arm == "grpo" else 12.0 + seed  # seconds per update, 100 turn-samples each
         leak = 0.0 if arm == "grpo" else 0.25 * (seed + 1)
         index[f"rl_{arm}_s{seed}"] = _rl(
@@ -93,6 +102,9 @@ def test_report_computes_spreads_pairs_and_costs(report, tmp_path):
         "| SEED + guards − SEED (points) | -15.0 | -19.0 | -17.0 ± 2.8 | lower in every seed, beyond the evaluation's noise |"
         in text
     )
+    # rooms played differently from GRPO: 1/4 at both seeds; another outcome: 1/4, 0/4 → 12.5 ± 17.7%
+    assert "| SEED | 25.0 ± 0.0% | 12.5 ± 17.7% |" in text
+    assert "| SEED + guards | 0.0 ± 0.0% | 0.0 ± 0.0% |" in text
     # leak_frac per run: seed 0.25, 0.5 → 37.5 ± 17.7%; GRPO 0
     assert "37.5 ± 17.7%" in text
     # time per turn-sample, SEED / GRPO paired: 1.2, 1.3 → 1.25 ± 0.07
