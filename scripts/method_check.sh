@@ -109,7 +109,9 @@ json.dump(info, open(f"{runs}/machine.json", "w"), indent=1)
 PYEOF
 
   # 1. warm start: behaviour-clone the environment's expert (BFS) in the agent prompt format
-  if [ -n "${WARM_FROM:-}" ]; then
+  if [ "${RESUME:-0}" = 1 ] && { done_step warmstart || done_step warmstart_reused; }; then
+    echo "== the warm start of an earlier session is kept: $MODEL"
+  elif [ -n "${WARM_FROM:-}" ]; then
     # reuse a model this same command trained earlier (its warmstart.json says how); the document says so
     [ -f "$WARM_FROM/warmstart.json" ] || { echo "WARM_FROM=$WARM_FROM has no warmstart.json" >&2; exit 2; }
     record warmstart_reused cp -r "$WARM_FROM" "$MODEL"

@@ -343,15 +343,19 @@ class Doc:
             beyond = not math.isnan(m) and abs(m) > 2 * math.sqrt(2) * self.noise
             if not diffs:
                 reading = "—"
+            elif all(d == 0 for d in diffs):
+                reading = "the same success in every seed"
             elif same_sign and beyond:
                 reading = f"{'higher' if m > 0 else 'lower'} in every seed, beyond the evaluation's noise"
             elif same_sign:
                 reading = "same sign in every seed, within the evaluation's noise"
             else:
-                reading = "the seeds disagree in sign: no difference shown"
+                reading = "the seeds do not agree in sign: no difference shown"
             label = f"{ARM_LABELS.get(a, a)} − {ARM_LABELS.get(b, b)}"
-            self.readings.append(f"{label}: {100 * m:+.1f} ± {100 * sd:.1f} points ({reading})")
-            self.add(f"| {label} (points) | " + " | ".join(cells) + f" | {100 * m:+.1f} ± {100 * sd:.1f} | {reading} |")
+            spread = f"{100 * m:+.1f} ± {100 * sd:.1f}" if diffs else "—"
+            if diffs:
+                self.readings.append(f"{label}: {spread} points ({reading})")
+            self.add(f"| {label} (points) | " + " | ".join(cells) + f" | {spread} | {reading} |")
         self.add("")
 
     def divergence(self) -> None:
@@ -503,12 +507,20 @@ class Doc:
         self.add("## 7. What this shows", "")
         for r in getattr(self, "readings", []):
             self.add(f"- {r}.")
-        for a, share in getattr(self, "moved", {}).items():
-            self.add(
-                f"- {ARM_LABELS.get(a, a)}'s final model played {100 * share:.0f}% of the test rooms differently from "
-                "GRPO's at the same seed (mean over seeds)."
-            )
         c = self.c
+        for a, share in getattr(self, "moved", {}).items():
+            same = [
+                [r.get("rollout/success_rate") for r in c.metrics[(a, s)]]
+                == [r.get("rollout/success_rate") for r in c.metrics[("grpo", s)]]
+                for s in c.seeds
+                if (a, s) in c.metrics and ("grpo", s) in c.metrics
+            ]
+            self.add(
+                f"- {ARM_LABELS.get(a, a)}: the final model played {100 * share:.0f}% of the test rooms differently "
+                "from GRPO's at the same seed (mean over seeds); its training success equalled GRPO's at every update "
+                f"in {sum(same)} of {len(same)} seeds (the same rooms and sampling seeds: a policy that moved little "
+                "samples the same moves)."
+            )
         skill_arms = [a for a in c.arms if a != "grpo"]
         leaks = [v for a in skill_arms for v in c.per_run(a, "skills/leak_frac")]
         guarded = [v for a in skill_arms for v in c.per_run(a, "skills/leak_guarded")]

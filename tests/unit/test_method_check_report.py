@@ -95,7 +95,7 @@ def test_report_computes_spreads_pairs_and_costs(report, tmp_path):
     assert "standard error is 4.6 points" in text
     # guarded − GRPO: +5, −5 → the seeds disagree; guarded − SEED: −15, −19 → lower in every seed, beyond the noise
     assert (
-        "| SEED + guards − GRPO (points) | +5.0 | -5.0 | +0.0 ± 7.1 | the seeds disagree in sign: no difference shown |"
+        "| SEED + guards − GRPO (points) | +5.0 | -5.0 | +0.0 ± 7.1 | the seeds do not agree in sign: no difference shown |"
         in text
     )
     assert (
