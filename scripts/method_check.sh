@@ -7,6 +7,7 @@
 #   REPORT_ONLY=1 bash scripts/method_check.sh  # only regenerate the document from the last run
 #   WARM_FROM=DIR bash scripts/method_check.sh  # reuse a model trained by `seed model init --warm-start expert`
 #   RESUME=1 bash scripts/method_check.sh       # keep the steps index.json lists as done (delete an entry to redo it)
+#   NOTE="..." REPORT_ONLY=1 bash scripts/method_check.sh  # a sentence on how the run went, shown in the document
 # Every command and its wall time are appended to $RUNS/commands.jsonl; $RUNS/index.json names the run of each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -130,5 +131,5 @@ PYEOF
 fi
 
 # 4. the document (every number read from the run directories)
-$PY scripts/method_check_report.py --runs "$RUNS" --out "$DOC"
+$PY scripts/method_check_report.py --runs "$RUNS" --out "$DOC" ${NOTE:+--note "$NOTE"}
 echo "== done ($(( $(date +%s) - t0 ))s): $DOC"

@@ -196,6 +196,7 @@ class Doc:
             f"| Config | `{c.config_path}` |",
             f"| Wall time, first command to last | {_dur(elapsed)} |",
             f"| Sum of the steps' wall times | {_dur(total)} |",
+            *([f"| Note | {m['note']} |"] if m.get("note") else []),
             "",
             "## Commands",
             "",
@@ -518,8 +519,12 @@ class Doc:
             self.add(
                 f"- {ARM_LABELS.get(a, a)}: the final model played {100 * share:.0f}% of the test rooms differently "
                 "from GRPO's at the same seed (mean over seeds); its training success equalled GRPO's at every update "
-                f"in {sum(same)} of {len(same)} seeds (the same rooms and sampling seeds: a policy that moved little "
-                "samples the same moves)."
+                f"in {sum(same)} of {len(same)} seeds"
+                + (
+                    " (the same rooms and sampling seeds: a policy that moved little samples the same moves)."
+                    if any(same)
+                    else "."
+                )
             )
         skill_arms = [a for a in c.arms if a != "grpo"]
         leaks = [v for a in skill_arms for v in c.per_run(a, "skills/leak_frac")]
@@ -567,10 +572,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=Path, default=Path("runs/method-check"), help="runs directory of method_check.sh")
     ap.add_argument("--out", type=Path, default=Path("docs/method-check.md"), help="the document to write")
+    ap.add_argument(
+        "--note",
+        default=None,
+        help="a sentence on how the run went (load, sessions), kept in $RUNS/machine.json and shown under the run",
+    )
     args = ap.parse_args()
     if not (args.runs / "index.json").exists():
         print(f"error: {args.runs}/index.json not found; run scripts/method_check.sh first", file=sys.stderr)
         return 2
+    if args.note:
+        machine_file = args.runs / "machine.json"
+        machine = json.loads(machine_file.read_text()) if machine_file.exists() else {}
+        machine_file.write_text(json.dumps({**machine, "note": args.note}, indent=1))
     print(Doc(Check(args.runs), args.out).write())
     return 0
 
