@@ -155,6 +155,9 @@ class Doc:
         self.out = out
         self.fig_dir = out.parent / out.stem
         self.lines: list[str] = []
+        self.noise = math.nan  # one evaluation's binomial standard error (set by `evals`)
+        self.readings: list[str] = []  # the paired differences in words (set by `paired`)
+        self.moved: dict[str, float] = {}  # per arm, the share of test rooms played unlike GRPO (set by `divergence`)
 
     def add(self, *lines: str) -> None:
         self.lines.extend(lines)
@@ -328,7 +331,6 @@ class Doc:
             "| difference | " + " | ".join(f"seed {s}" for s in c.seeds) + " | mean ± std | reading |",
             "|---|" + "--:|" * (len(c.seeds) + 1) + "---|",
         )
-        self.readings: list[str] = []
         for a, b in pairs:
             diffs = []
             cells = []
@@ -392,7 +394,6 @@ class Doc:
             "| arm | rooms played differently | rooms with another outcome |",
             "|---|--:|--:|",
         )
-        self.moved = {}
         for a, moved, flipped in rows:
             self.moved[a] = statistics.fmean(moved)
             self.add(f"| {ARM_LABELS.get(a, a)} | {_pm(moved, 'pct')} | {_pm(flipped, 'pct')} |")
@@ -506,10 +507,10 @@ class Doc:
 
     def reading(self) -> None:
         self.add("## 7. What this shows", "")
-        for r in getattr(self, "readings", []):
+        for r in self.readings:
             self.add(f"- {r}.")
         c = self.c
-        for a, share in getattr(self, "moved", {}).items():
+        for a, share in self.moved.items():
             same = [
                 [r.get("rollout/success_rate") for r in c.metrics[(a, s)]]
                 == [r.get("rollout/success_rate") for r in c.metrics[("grpo", s)]]
@@ -556,7 +557,6 @@ class Doc:
         self.header()
         self.shrunk()
         self.warm_start()
-        self.noise = math.nan
         self.evals()
         self.paired()
         self.divergence()

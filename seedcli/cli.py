@@ -340,9 +340,9 @@ def model_init(
 
         if preset not in (*PRESETS, *VL_PRESETS):
             raise UserError(f"unknown preset '{preset}'; use one of {', '.join((*PRESETS, *VL_PRESETS))}")
-        if warm_start and warm_start != "expert":
-            raise UserError(f"unknown --warm-start '{warm_start}'; use expert")
         if warm_start:
+            if warm_start != "expert":
+                raise UserError(f"unknown --warm-start '{warm_start}'; use expert")
             from seedcli.envs import env_class
 
             env = env_class(env).name  # an unknown name: a one-line error before anything is built

@@ -66,11 +66,12 @@ _ANALYSIS_HEAD = (
     "Episode:\n{steps}\n\n"
 )
 
-_ANALYSIS_TAIL = (
-    "Write the skill as one short, policy-facing rule, not a retrospective. {kind}\n"
-    "Answer with JSON only, exactly this object and nothing else:\n"
-    '{{"episode_summary": "<two sentences on what happened>", "episode_skill": "<the rule>"}}'
-)
+# the pieces of the answer request; the episode-only tail and the step-skill tails below are made of them
+_RULE_LINE = "Write the skill as one short, policy-facing rule, not a retrospective. {kind}\n"
+_ANSWER_LINE = "Answer with JSON only, exactly this object and nothing else:\n"
+_SUMMARY_FIELD = '"episode_summary": "<two sentences on what happened>"'
+_SKILL_FIELD = '"episode_skill": "<the rule>"'
+_ANALYSIS_TAIL = _RULE_LINE + _ANSWER_LINE + "{{" + _SUMMARY_FIELD + ", " + _SKILL_FIELD + "}}"
 
 _KIND_SUCCESS = (
     "The episode succeeded: state the reusable workflow — the core decision rule and the order of the key actions."
@@ -92,20 +93,13 @@ ANALYSIS_VISUAL_STEP_PROMPT_VERSION = "analysis-visual-step-v1"
 _STEP_REQUEST = (
     "at most {count} critical step(s) of the episode and write a step skill for each: one short imperative sentence "
     "of advice the agent can act on at that step, inferred from the whole episode; policy-facing, not a "
-    "retrospective. Name each step by its number above.\n"
-    "Answer with JSON only, exactly this object and nothing else:\n"
+    "retrospective. Name each step by its number above.\n" + _ANSWER_LINE
 )
 _STEP_FIELD = '"step_skills": {{"<step number>": "<advice for that step>"}}'
 _EPISODE_STEP_TAIL = (
-    "Write the skill as one short, policy-facing rule, not a retrospective. {kind}\nAlso pick "
-    + _STEP_REQUEST
-    + '{{"episode_summary": "<two sentences on what happened>", "episode_skill": "<the rule>", '
-    + _STEP_FIELD
-    + "}}"
+    _RULE_LINE + "Also pick " + _STEP_REQUEST + "{{" + ", ".join((_SUMMARY_FIELD, _SKILL_FIELD, _STEP_FIELD)) + "}}"
 )
-_STEP_ONLY_TAIL = (
-    "Pick " + _STEP_REQUEST + '{{"episode_summary": "<two sentences on what happened>", ' + _STEP_FIELD + "}}"
-)
+_STEP_ONLY_TAIL = "Pick " + _STEP_REQUEST + "{{" + _SUMMARY_FIELD + ", " + _STEP_FIELD + "}}"
 _STEP_ONLY_GOAL = "extract hindsight skills for its critical steps"
 _EPISODE_GOAL = "extract one hindsight skill the agent should use next time it faces this kind of task"
 

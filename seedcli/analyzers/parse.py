@@ -180,14 +180,15 @@ def judge_step_skills(table: object, steps: int, cap: int, min_words: int) -> tu
     dropped: Counter[str] = Counter()
     for key, value in table.items():
         match = _STEP_NUMBER.fullmatch(str(key).strip())
+        number = int(match.group(1)) if match else None
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             value = " ".join(value)
         text = _clean(value) if isinstance(value, str) else None
-        if match is None:
+        if number is None:
             dropped[STEP_BAD_INDEX] += 1
-        elif not 1 <= int(match.group(1)) <= steps:
+        elif not 1 <= number <= steps:
             dropped[STEP_OUT_OF_RANGE] += 1
-        elif int(match.group(1)) - 1 in kept:
+        elif number - 1 in kept:
             dropped[STEP_DUPLICATE] += 1
         elif not text or is_placeholder(text):
             dropped[STEP_PLACEHOLDER] += 1
@@ -196,7 +197,7 @@ def judge_step_skills(table: object, steps: int, cap: int, min_words: int) -> tu
         elif len(kept) >= cap:
             dropped[STEP_OVER_CAP] += 1
         else:
-            kept[int(match.group(1)) - 1] = text
+            kept[number - 1] = text
     return kept, dict(dropped)
 
 
@@ -308,14 +309,8 @@ def _regex_step_table(raw: str) -> object:
 
 def _json_field_pairs(raw: str) -> list[tuple[str | None, str | None]]:
     """(summary, skill) of every candidate that parses as a JSON object holding at least one of the two fields."""
-    pairs = []
-    for cand in _candidates(raw):
-        obj = _loads(cand)
-        if isinstance(obj, dict):
-            summary, skill = _pick(obj, SUMMARY_KEYS), _pick(obj, SKILL_KEYS)
-            if summary is not None or skill is not None:
-                pairs.append((summary, skill))
-    return pairs
+    pairs = [(_pick(obj, SUMMARY_KEYS), _pick(obj, SKILL_KEYS)) for obj in _json_objects(raw)]
+    return [pair for pair in pairs if pair != (None, None)]
 
 
 def _regex_field(raw: str, names: tuple[str, ...]) -> str | None:

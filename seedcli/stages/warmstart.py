@@ -189,9 +189,8 @@ def expert_demonstrations(
         f"train-{len(chosen)}g-s{seed}",
         NoisyExpertPolicy(noise, seed),
         lambda: EnvPool(workers, expert="search", data_root=root),
-        RolloutSettings(
-            max_steps=max_steps, history=history, temperature=0.0, max_new_tokens=1, seed=seed, rollout="lockstep"
-        ),
+        max_steps=max_steps,
+        history=history,
         who="the searching expert",
         model_id="expert-search",
         max_active=max(2 * max(workers, 1), 4),
@@ -235,9 +234,8 @@ def env_demonstrations(
         f"{env.name}-{len(chosen)}t-s{seed}",
         NoisyExpertPolicy(noise, seed, respond=env.format_response, fallback=""),
         lambda: GenericPool(env, workers, expert=True),
-        RolloutSettings(
-            max_steps=max_steps, history=history, temperature=0.0, max_new_tokens=1, seed=seed, rollout="lockstep"
-        ),
+        max_steps=max_steps,
+        history=history,
         who=f"the {env.title} expert",
         model_id=f"expert-{env.name}",
         max_active=max(2 * max(workers, 1), 16),
@@ -251,16 +249,17 @@ def _played_demonstrations(
     stem: str,
     policy: NoisyExpertPolicy,
     open_pool,
-    settings: RolloutSettings,
     *,
+    max_steps: int,
+    history: int,
     who: str,
     model_id: str,
     max_active: int,
     cache_dir: str | os.PathLike | None,
 ) -> tuple[list[DemoEpisode], Path]:
     """The demonstrations of `chosen` tasks: those the cache file `<stem>-<hash of key>.jsonl` holds, and the rest
-    played now by `policy` in a pool from `open_pool()` and appended to it. Lockstep (`settings`): the
-    demonstrations are written in the order the episodes end, and that order is part of the data."""
+    played now by `policy` in a pool from `open_pool()` and appended to it. Lockstep: the demonstrations are written
+    in the order the episodes end, and that order is part of the data."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
@@ -274,6 +273,14 @@ def _played_demonstrations(
     if todo:
         _log(f"{who} plays {len(todo)} of {len(specs)} training tasks (noise {policy.noise}; cache: {path})")
         meta = {"engine": "none", "model_id": model_id, "model_hash": "", "policy": "expert"}
+        settings = RolloutSettings(
+            max_steps=max_steps,
+            history=history,
+            temperature=0.0,
+            max_new_tokens=1,
+            seed=policy.seed,
+            rollout="lockstep",
+        )
         t0 = time.time()
         with open_pool() as pool, JsonlWriter(path) as writer:
 
@@ -294,25 +301,34 @@ def _played_demonstrations(
 # ----------------------------------------------------------------------------------------------- training data
 
 
+def _environment(env=None):
+    """`env`, or ALFWorld's environment when None (the helpers below default to ALFWorld's warm start)."""
+    if env is not None:
+        return env
+    from seedcli.envs import get_env
+
+    return get_env("alfworld")
+
+
 def demo_examples(demos: list[DemoEpisode], tokenizer, env=None) -> list[tuple[list[int], list[int]]]:
     """Acting examples: (prompt ids, response ids) for every labelled turn of the episodes the expert won, the prompt
     rendered with the chat template exactly as the rollout engines render it; the response is demo_thinks' thought
     and the expert's action at that state, and ends with <|im_end|>, as a generated turn that stopped does. `env`
-    (another environment than ALFWorld): its format_response and the constant THINK."""
+    (default ALFWorld's): its format_response; outside ALFWorld the thought is the constant THINK."""
     from seedcli.engines.base import render_chat, stop_token_ids
 
     eos = stop_token_ids(tokenizer)[0]
-    respond = format_response if env is None else env.format_response
+    env = _environment(env)
     out = []
     for demo in demos:
         if not demo.trajectory.won:
             continue
-        thinks = demo_thinks(demo.trajectory) if env is None else [THINK] * len(demo.trajectory.turns)
+        thinks = demo_thinks(demo.trajectory) if env.name == "alfworld" else [THINK] * len(demo.trajectory.turns)
         for turn, label, think in zip(demo.trajectory.turns, demo.labels, thinks, strict=False):
             if not _usable(label, turn):
                 continue
             prompt = render_chat(tokenizer, [{"role": "user", "content": turn.prompt}])
-            response = tokenizer.encode(respond(think, label), add_special_tokens=False) + [eos]
+            response = tokenizer.encode(env.format_response(think, label), add_special_tokens=False) + [eos]
             out.append((prompt, response))
     return out
 
@@ -325,22 +341,20 @@ def _usable(label: str | None, turn) -> bool:
 
 def analysis_example_texts(demos: list[DemoEpisode], max_chars: int, env=None) -> list[tuple[str, str]]:
     """Skill-writing examples: (analysis prompt, the rules analyzer's JSON) per demonstration episode, won or lost;
-    the prompt is the one rl's self-analyzer renders (`render_analysis_prompt(..., max_chars)`). `env`: another
-    environment than ALFWorld (its analysis description and rules analyzer)."""
-    from seedcli.analyzers.rules import rules_skill
-    from seedcli.envs.alfworld import ALFWORLD_ANALYSIS_DESCRIPTION
+    the prompt is the one rl's self-analyzer renders (`render_analysis_prompt(..., max_chars)`). `env` (default
+    ALFWorld's): its analysis description and rules analyzer."""
     from seedcli.prompts import analysis_turns, render_analysis_prompt
 
-    description = ALFWORLD_ANALYSIS_DESCRIPTION if env is None else env.analysis_description
-    rules = rules_skill if env is None else env.rules_skill
-
+    env = _environment(env)
     out = []
     for demo in demos:
         traj = demo.trajectory
         if not traj.turns:
             continue
-        prompt = render_analysis_prompt(traj.task, traj.won, analysis_turns(traj), max_chars, description=description)
-        summary, skill = rules(traj)
+        prompt = render_analysis_prompt(
+            traj.task, traj.won, analysis_turns(traj), max_chars, description=env.analysis_description
+        )
+        summary, skill = env.rules_skill(traj)
         out.append((prompt, json.dumps({"episode_summary": summary, "episode_skill": skill})))
     return out
 
@@ -448,16 +462,15 @@ def warm_start(
     t_start = time.time()
     model_dir = Path(model_dir)
     rebuilt = _ensure_shape(model_dir, shape, seed)
-    environment = None
-    if env != "alfworld":
-        from seedcli.envs import get_env
+    from seedcli.envs import get_env
 
-        environment = get_env(env, data_root=data_root) if data_root is not None else get_env(env)
+    environment = get_env(env, data_root=data_root) if data_root is not None else get_env(env)
+    alfworld = environment.name == "alfworld"
     # ALFWorld's limits are the searching expert's (40 turns, history 5); elsewhere the environment's own
-    max_steps = max_steps if max_steps is not None else (40 if environment is None else environment.max_steps)
-    history = history if history is not None else (5 if environment is None else environment.history)
+    max_steps = max_steps if max_steps is not None else (40 if alfworld else environment.max_steps)
+    history = history if history is not None else (5 if alfworld else environment.history)
     play = {"noise": noise, "max_steps": max_steps, "history": history, "workers": workers, "cache_dir": cache_dir}
-    if environment is None:
+    if alfworld:
         demos, cache_path = expert_demonstrations(games, seed, data_root=data_root, **play)
     else:
         demos, cache_path = env_demonstrations(environment, games, seed, **play)
@@ -503,7 +516,7 @@ def warm_start(
     record = {
         "method": (
             "behaviour cloning of ALFWorld's searching hand-coded expert"
-            if environment is None
+            if alfworld
             else f"behaviour cloning of the {environment.title} expert"
         )
         + " with noise injection (agent prompt format)"
@@ -661,9 +674,7 @@ def greedy_check(engine, demos: list[DemoEpisode], turns: int, seed: int, env=No
     """Greedy response (through an Engine) on `turns` sampled demonstration prompts: how often it is well-formed,
     admissible and the expert's own action at that state (teacher-forced history: the states the demonstrations
     visited)."""
-    from seedcli.envs.alfworld import parse_action as alfworld_parse
-
-    parse_action = alfworld_parse if env is None else env.parse_action
+    parse_action = _environment(env).parse_action
 
     pool = [
         (t, label)
