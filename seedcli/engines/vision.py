@@ -217,6 +217,61 @@ def load_image_processor(model_dir: str | os.PathLike):
     return Qwen2VLImageProcessorPil.from_pretrained(str(model_dir))
 
 
+def pixel_bounds(processor: Any) -> tuple[int, int]:
+    """(min_pixels, max_pixels) of a Qwen2-VL image processor (its `size` shortest / longest edge)."""
+    size = processor.size
+    return int(size["shortest_edge"]), int(size["longest_edge"])
+
+
+def with_max_pixels(processor: Any, max_pixels: int | None) -> Any:
+    """`processor` with its max_pixels lowered to `max_pixels` (None: unchanged), never below its min_pixels."""
+    if max_pixels is None:
+        return processor
+    low, high = pixel_bounds(processor)
+    return image_processor(low, max(low, min(high, int(max_pixels))))
+
+
+def processor_size(processor: Any, height: int, width: int) -> tuple[int, int]:
+    """(height, width) the processor resizes an image of this size to: Qwen2-VL's `smart_resize`, a multiple of
+    patch × merge within its pixel bounds (a 96×96 Sokoban room becomes 84×84)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    low, high = pixel_bounds(processor)
+    factor = int(processor.patch_size) * int(processor.merge_size)
+    return smart_resize(int(height), int(width), factor=factor, min_pixels=low, max_pixels=high)
+
+
+def image_tokens(processor: Any, height: int, width: int) -> int:
+    """Tokens an image of this size takes in the prompt (merged patches of its `processor_size`)."""
+    h, w = processor_size(processor, height, width)
+    patch, merge = int(processor.patch_size), int(processor.merge_size)
+    return (h // patch) * (w // patch) // (merge * merge)
+
+
+def request_tokens(ids: Sequence[int], images: Sequence[Any], processor: Any) -> int:
+    """Tokens of a request once each image's single placeholder is widened to its tokens (what vLLM and the trainer
+    count); `images` are uint8 H×W×3 arrays or PIL images."""
+    extra = 0
+    for image in images:
+        height, width = (image.height, image.width) if hasattr(image, "height") else image.shape[:2]
+        extra += image_tokens(processor, height, width) - 1
+    return len(ids) + extra
+
+
+def fit_image(image: Any, processor: Any):
+    """The RGB image at `processor_size`, resized as the PIL processor resizes it (PIL bicubic on uint8), so a
+    processor on another backend (vLLM's torchvision one, whose resampling differs) has nothing left to resize and
+    both see the same pixels; the PIL processor gives the same pixel values for it as for `image`."""
+    from PIL import Image
+
+    picture = image if isinstance(image, Image.Image) else Image.fromarray(image, "RGB")
+    picture = picture.convert("RGB")
+    height, width = processor_size(processor, picture.height, picture.width)
+    if (height, width) == (picture.height, picture.width):
+        return picture
+    return picture.resize((width, height), resample=Image.Resampling(int(processor.resample)))
+
+
 @dataclass
 class VisionBatch:
     """What a Qwen2.5-VL forward needs besides the ids: the images' patches and grids, and their token counts."""

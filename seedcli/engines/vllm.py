@@ -18,6 +18,7 @@ import json
 import os
 import random
 import tempfile
+import weakref
 from typing import Any
 
 from seedcli.engines.base import (
@@ -29,41 +30,74 @@ from seedcli.engines.base import (
     stop_token_ids,
     vision_pad_ids,
 )
+from seedcli.errors import UserError
 
-# Qwen2.5-VL's vision head size (80) is one vLLM's flash-attention path rejects; the SEED code runs the vision tower
-# under SDPA (VLLM_ATTENTION_BACKEND=TORCH_SDPA in its launchers), which vLLM 0.32 selects with this engine argument.
-VISION_ENCODER_BACKEND = "TORCH_SDPA"
-MAX_IMAGES_PER_PROMPT = 64  # the self-analysis prompt of a 50-step visual episode holds one image per step
+# The vision tower's attention: vLLM 0.32 picks flash attention for Qwen2.5-VL (its head size 80 is accepted) when
+# nothing is forced; `vision_attention="TORCH_SDPA"` forces vLLM's SDPA wrapper, which synchronises and runs one small
+# attention per window (slower), for a GPU where flash attention is not available.
+VISION_ATTENTION_BACKENDS = ("TORCH_SDPA", "FLASH_ATTN")
+DEFAULT_IMAGES_PER_PROMPT = 64  # the self-analysis prompt of a 50-step visual episode holds one image per step
 
 
-def vision_engine_kwargs(model_dir: str | os.PathLike, llm_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`llm_kwargs` plus what a vision-language model needs (SDPA vision attention, images per prompt); a text model
-    gets them back unchanged."""
+def vision_engine_kwargs(
+    model_dir: str | os.PathLike,
+    llm_kwargs: dict[str, Any],
+    *,
+    images_per_prompt: int | None = None,
+    max_pixels: int | None = None,
+    vision_attention: str | None = None,
+) -> dict[str, Any]:
+    """`llm_kwargs` plus what a vision-language model needs: at most `images_per_prompt` images a prompt and no video
+    (vLLM reserves memory for what this allows), the image processor's pixel bounds (the model's
+    preprocessor_config.json, max_pixels lowered to `max_pixels`: the same bounds as `engine.image_processor`, which
+    the trainer uses), and the vision attention when one is forced. A text model gets `llm_kwargs` back unchanged."""
     if not is_vision_model(model_dir):
         return dict(llm_kwargs)
+    from seedcli.engines.vision import load_image_processor, pixel_bounds, with_max_pixels
+
     out = dict(llm_kwargs)
-    out.setdefault("mm_encoder_attn_backend", VISION_ENCODER_BACKEND)
-    out.setdefault("limit_mm_per_prompt", {"image": MAX_IMAGES_PER_PROMPT})
+    if vision_attention is not None:
+        if vision_attention not in VISION_ATTENTION_BACKENDS:
+            raise UserError(
+                f"vision_attention={vision_attention!r}: use one of {', '.join(VISION_ATTENTION_BACKENDS)}, or leave "
+                "it unset for vLLM's own choice (flash attention on a GPU)"
+            )
+        out.setdefault("mm_encoder_attn_backend", vision_attention)
+    images = DEFAULT_IMAGES_PER_PROMPT if images_per_prompt is None else int(images_per_prompt)
+    if images < 1:
+        raise UserError(f"images_per_prompt={images}: a visual prompt shows at least one image; use 1 or more")
+    out.setdefault("limit_mm_per_prompt", {"image": images, "video": 0})
+    low, high = pixel_bounds(with_max_pixels(load_image_processor(model_dir), max_pixels))
+    out.setdefault("mm_processor_kwargs", {"min_pixels": low, "max_pixels": high})
     return out
 
 
-def vllm_requests(prompts: list[list[int]], images: list[list[Any]] | None = None) -> list[dict]:
+def vllm_requests(
+    prompts: list[list[int]], images: list[list[Any]] | None = None, processor: Any = None
+) -> list[dict]:
     """vLLM token prompts; request i carries `images[i]` (uint8 H×W×3 arrays or PIL images, one per image
     placeholder of its prompt, in order) as `multi_modal_data`. The ids hold one image-pad token per image: vLLM
-    expands it to the image's tokens itself."""
+    expands it to the image's tokens itself. With `processor` (the trainer's image processor), each image is sent
+    at the size that processor resizes it to, resized as it resizes (`vision.fit_image`): vLLM's own processor then
+    resizes nothing and sees the trainer's pixels."""
     from PIL import Image
     from vllm.inputs import TokensPrompt
 
+    from seedcli.engines.vision import fit_image
+
     if images is not None and len(images) != len(prompts):
         raise ValueError(f"generate got {len(prompts)} prompts but {len(images)} image lists")
+    def picture(p: Any) -> Any:
+        if processor is not None:
+            return fit_image(p, processor)
+        return p if isinstance(p, Image.Image) else Image.fromarray(p, "RGB")
+
     out = []
     for i, ids in enumerate(prompts):
         request = TokensPrompt(prompt_token_ids=list(ids))
         pictures = images[i] if images is not None else []
         if pictures:
-            request["multi_modal_data"] = {
-                "image": [p if isinstance(p, Image.Image) else Image.fromarray(p, "RGB") for p in pictures]
-            }
+            request["multi_modal_data"] = {"image": [picture(p) for p in pictures]}
         out.append(request)
     return out
 
@@ -90,6 +124,9 @@ class VLLMEngine:
         enable_prefix_caching: bool = True,
         in_process: bool = True,
         cpu_kv_cache_gib: int = 1,
+        images_per_prompt: int | None = None,
+        max_pixels: int | None = None,
+        vision_attention: str | None = None,
         **llm_kwargs: Any,
     ) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
@@ -122,7 +159,22 @@ class VLLMEngine:
 
         self.vision = is_vision_model(model_dir)
         self.suppress_ids: list[int] = []
-        llm_kwargs = vision_engine_kwargs(model_dir, llm_kwargs)
+        # a VLM's image processor, with the pixel bounds vLLM's gets too: the trainer scores with this one
+        # (`rl.phases.vision_processor`) and every image is sent at the size it resizes to (`vllm_requests`)
+        self.image_processor: Any = None
+        if self.vision:
+            from seedcli.engines.vision import load_image_processor, with_max_pixels
+
+            self.image_processor = with_max_pixels(load_image_processor(model_dir), max_pixels)
+        llm_kwargs = vision_engine_kwargs(
+            model_dir,
+            llm_kwargs,
+            images_per_prompt=images_per_prompt,
+            max_pixels=max_pixels,
+            vision_attention=vision_attention,
+        )
+        self._batchers: weakref.WeakSet[VLLMBatcher] = weakref.WeakSet()
+        self._request_count = 0  # ids of requests sent through a batcher: unique over the engine's life
         # under torchrun (external_launcher) vLLM joins the trainer's process group, which close() must then keep
         self._owns_distributed = not (torch.distributed.is_available() and torch.distributed.is_initialized())
         with _preserve_process_state():
@@ -147,7 +199,7 @@ class VLLMEngine:
         # the same tokenizer object HFEngine uses, so render() and decoded text are identical across engines
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.stop_ids = stop_token_ids(self.tokenizer)
-        self.max_model_len = max_model_len
+        self.max_model_len = int(getattr(self.llm.llm_engine.model_config, "max_model_len", max_model_len))
 
     def render(self, messages: list[dict]) -> list[int]:
         """Chat template + generation prompt -> token ids."""
@@ -182,8 +234,41 @@ class VLLMEngine:
             )
             for i in range(len(prompts))
         ]
-        outputs = self.llm.generate(vllm_requests(prompts, images), params, use_tqdm=False)
+        for i, ids in enumerate(prompts):
+            self.check_length(ids, images[i] if images is not None else ())
+        requests = vllm_requests(prompts, images, self.image_processor)
+        self.drop_unfinished()
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
         return [self.completion(output, max_new_tokens) for output in outputs]
+
+    def check_length(self, ids: list[int], images: Any = ()) -> None:
+        """A one-line error for a prompt vLLM would refuse (it takes at most max_model_len - 1 prompt tokens, images
+        counted at their own tokens), before anything is sent."""
+        from seedcli.engines.vision import request_tokens
+
+        n = request_tokens(ids, images, self.image_processor) if images and self.image_processor else len(ids)
+        if n >= self.max_model_len:
+            raise UserError(
+                f"a prompt of {n} tokens{' (images included)' if images else ''} does not fit the vLLM engine's "
+                f"max_model_len {self.max_model_len}, which must also leave room for the reply; raise max_model_len "
+                "(up to the model's max_position_embeddings) or shorten the prompt (fewer history steps)"
+            )
+
+    def drop_unfinished(self) -> int:
+        """Abort every request still in vLLM (a rollout interrupted while its batcher had requests in flight): vLLM's
+        `generate` would run them too and then sort all finished outputs by `int(request_id)`, which a batcher's id
+        (`seedcli-N`) fails. Called before every `generate` and `score`, and by a new batcher. Returns how many."""
+        core = self.llm.llm_engine
+        ids: set[str] = set()
+        for batcher in list(self._batchers):
+            ids.update(batcher.pending)
+            batcher.pending.clear()
+        if core.has_unfinished_requests():
+            # whatever else is unfinished (an interrupted `generate` leaves its numbered requests behind)
+            ids.update(getattr(core.output_processor, "external_req_ids", {}) or ())
+        if ids:
+            core.abort_request(sorted(ids))
+        return len(ids)
 
     def sampling_params(
         self, temperature: float, top_p: float, max_new_tokens: int, seed: int, ban_stop: bool = False
@@ -222,7 +307,10 @@ class VLLMEngine:
     def batcher(self) -> Any:
         """Requests driven one by one through vLLM's engine (`add_request` / `step`): vLLM batches continuously, so a
         finished reply frees its slot at once (`rollout: async`)."""
-        return VLLMBatcher(self)
+        self.drop_unfinished()
+        batcher = VLLMBatcher(self)
+        self._batchers.add(batcher)
+        return batcher
 
     def score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
         """Raw log-prob of every completion token, read from vLLM's prompt_logprobs of prompt + completion."""
@@ -246,6 +334,7 @@ class VLLMEngine:
         # prompt_logprobs=0 returns the log-prob of each actual prompt token; requests with prompt_logprobs skip
         # the prefix cache, so every position is computed
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        self.drop_unfinished()
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(prompts[i]) + list(completions[i])) for i in rows],
             params,
@@ -276,6 +365,10 @@ class VLLMEngine:
             # RPC arguments to another process lose their tensors, so the weights go through a safetensors file
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._write_weights(dict(pairs))})
         self.llm.reset_prefix_cache()
+        if self.vision:
+            # without a sleep in between, vLLM's scheduler still lists the images it encoded with the old weights as
+            # cached ("Encoder cache miss" on the next request showing one of them)
+            self.llm.llm_engine.reset_encoder_cache()
 
     def weight_checksums(self, names: list[str]) -> dict[str, list[int]]:
         """Exact checksums (`engines.checksum.tensor_checksum`) of the engine's own copies of some weights, named as
@@ -398,12 +491,21 @@ class VLLMBatcher:
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        self.engine.check_length(prompt, images or ())
         params = self.engine.sampling_params(temperature, top_p, max_new_tokens, seed, ban_stop)
         params.output_kind = self.final_only
-        request_id = f"seedcli-{self.count}"
+        request_id = f"seedcli-{self.engine._request_count}"
+        self.engine._request_count += 1
         self.count += 1
-        self.core.add_request(request_id, vllm_requests([prompt], [images] if images else None)[0], params)
+        request = vllm_requests([prompt], [images] if images else None, self.engine.image_processor)[0]
+        self.core.add_request(request_id, request, params)
         self.pending[request_id] = (key, max_new_tokens)
+
+    def abort(self) -> None:
+        """Abort the requests still in flight (the rollout stopped early); the engine is ready for other work."""
+        if self.pending:
+            self.core.abort_request(sorted(self.pending))
+            self.pending.clear()
 
     def step(self) -> list[tuple[Any, Completion]]:
         if not self.pending:

@@ -223,6 +223,11 @@ class Environment(ABC):
         """Keyword arguments that rebuild this environment in a worker process (JSON-serialisable)."""
         return {"data_root": None if self.data_root is None else str(self.data_root), **self.options}
 
+    def frame_size(self) -> tuple[int, int] | None:
+        """(height, width) of the observation images this environment shows the agent, in pixels; None when it shows
+        none (text observations). A vision-language engine sizes its memory and image bounds by it."""
+        return None
+
     def resolve_data_root(self) -> Path:
         """The data folder this environment reads (explicit `data_root`, its environment variable, or
         ../shared/<env>); missing data is a one-line UserError saying how to get it."""

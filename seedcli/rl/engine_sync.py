@@ -39,9 +39,12 @@ class WeightSyncError(UserError):
 # --------------------------------------------------------------------------------------------- the engine
 
 
-def load_rollout_engine(cfg: RLConfig, model_dir: Path, info) -> tuple[Any, dict]:
+def load_rollout_engine(
+    cfg: RLConfig, model_dir: Path, info, frame_size: tuple[int, int] | None = None
+) -> tuple[Any, dict]:
     """The rollout engine of this rank and the meta its trajectories carry. vLLM on GPU is colocated with the
-    trainer: a capped memory share and sleep mode, so rollouts and training take turns on the same GPU."""
+    trainer: a capped memory share and sleep mode, so rollouts and training take turns on the same GPU.
+    `frame_size`: the environment's observation images (`Environment.frame_size()`), which bound a VLM's images."""
     from seedcli.engines import load_engine
     from seedcli.engines.tiny import model_hash
 
@@ -50,15 +53,24 @@ def load_rollout_engine(cfg: RLConfig, model_dir: Path, info) -> tuple[Any, dict
         device = str(info.device) if info.fsdp else cfg.device
         return load_engine("hf", model_dir, device=device, seed=cfg.seed), meta
 
-    return load_engine("vllm", model_dir, **vllm_engine_kwargs(cfg, model_dir, info)), meta
+    return load_engine("vllm", model_dir, **vllm_engine_kwargs(cfg, model_dir, info, frame_size)), meta
 
 
-def vllm_engine_kwargs(cfg: RLConfig, model_dir: Path, info) -> dict[str, Any]:
+def vllm_engine_kwargs(
+    cfg: RLConfig, model_dir: Path, info, frame_size: tuple[int, int] | None = None
+) -> dict[str, Any]:
     """The rollout engine's vLLM arguments on this rank. Every rank owns an independent engine (data-parallel size
     1, as TRL's colocate mode): ranks play different games and so call `generate` different numbers of times, and a
     vLLM data-parallel group would all-reduce on every engine step (`has_unfinished_dp`) and hang. Per-rank seeds;
-    each request also carries its own seed."""
+    each request also carries its own seed. The context is capped at the language model's positions.
+
+    A vision-language model: a prompt holds at most `max_steps` images (the analysis of a whole episode, one image a
+    step), no video; with `frame_size`, max_pixels is that frame's size after the processor's resize (the engine's
+    processor, which the trainer uses too, gets the same bound), so vLLM reserves memory for the images that occur,
+    not for one of 12.8M pixels (16,384 tokens)."""
     from transformers import AutoConfig
+
+    from seedcli.engines.base import is_vision_model
 
     if cfg.vllm_tensor_parallel != 1:
         raise UserError(
@@ -66,12 +78,23 @@ def vllm_engine_kwargs(cfg: RLConfig, model_dir: Path, info) -> dict[str, Any]:
             "engine spanning ranks would need their prompts gathered first, which seed rl does not do; use 1 (a "
             "model up to ~14B fits one 80 GB GPU's vLLM share in bf16)"
         )
-    max_pos = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", cfg.max_model_len)
+    positions = model_positions(AutoConfig.from_pretrained(model_dir), cfg.max_model_len)
     kw: dict[str, Any] = {
-        "max_model_len": min(cfg.max_model_len, max_pos),
+        "max_model_len": min(cfg.max_model_len, positions),
         "max_num_seqs": max(cfg.gen_batch, 8),
         "seed": cfg.seed + info.rank,
     }
+    if is_vision_model(model_dir):
+        kw["images_per_prompt"] = cfg.max_steps
+        if frame_size is not None:
+            from seedcli.engines.vision import load_image_processor, processor_size
+
+            height, width = processor_size(load_image_processor(model_dir), *frame_size)
+            kw["max_pixels"] = height * width
+        # vLLM's own choice (flash attention on a GPU) unless a config forces one (`vllm_vision_attention`)
+        attention = getattr(cfg, "vllm_vision_attention", None)
+        if attention:
+            kw["vision_attention"] = attention
     if info.device.type == "cuda":
         kw.update(
             gpu_memory_utilization=cfg.vllm_gpu_memory,
@@ -84,6 +107,14 @@ def vllm_engine_kwargs(cfg: RLConfig, model_dir: Path, info) -> dict[str, Any]:
         # so the CPU tests run the GPU configuration)
         kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
     return kw
+
+
+def model_positions(config: Any, default: int) -> int:
+    """The positions the language model takes (`max_position_embeddings` of its text config: a vision-language
+    config such as Qwen2_5_VLConfig keeps it only in `text_config`); `default` when the config does not say."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    value = getattr(text, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else default
 
 
 def sleep_engine(engine) -> None:

@@ -53,18 +53,29 @@ def test_vision_models_are_recognised_from_their_config(tmp_path):
     assert not is_vision_model(tmp_path / "nowhere")
 
 
-def test_vllm_gets_sdpa_vision_attention_and_images_per_prompt(tmp_path):
-    pytest.importorskip("vllm")
+def test_vllm_gets_images_per_prompt_no_video_and_the_processors_bounds(tmp_path):
+    from seedcli.engines.vision import image_processor
     from seedcli.engines.vllm import vision_engine_kwargs
+    from seedcli.errors import UserError
 
     (tmp_path / "vl").mkdir()
     (tmp_path / "vl" / "config.json").write_text(json.dumps(_tiny_vl_config().to_dict()))
+    image_processor(3136, 12_845_056).save_pretrained(tmp_path / "vl")  # Qwen2.5-VL-Instruct's own bounds
     (tmp_path / "text").mkdir()
     (tmp_path / "text" / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    kw = vision_engine_kwargs(tmp_path / "vl", {"max_num_seqs": 4})
-    assert kw["mm_encoder_attn_backend"] == "TORCH_SDPA" and kw["limit_mm_per_prompt"]["image"] >= 50
-    assert kw["max_num_seqs"] == 4
-    assert vision_engine_kwargs(tmp_path / "text", {"max_num_seqs": 4}) == {"max_num_seqs": 4}
+    kw = vision_engine_kwargs(tmp_path / "vl", {"max_num_seqs": 4}, images_per_prompt=15, max_pixels=84 * 84)
+    assert kw["limit_mm_per_prompt"] == {"image": 15, "video": 0}
+    assert kw["mm_processor_kwargs"] == {"min_pixels": 3136, "max_pixels": 84 * 84}
+    # vLLM picks the vision attention itself (flash attention on a GPU) unless one is forced
+    assert "mm_encoder_attn_backend" not in kw and kw["max_num_seqs"] == 4
+    forced = vision_engine_kwargs(tmp_path / "vl", {}, vision_attention="TORCH_SDPA")
+    assert forced["mm_encoder_attn_backend"] == "TORCH_SDPA"
+    assert forced["mm_processor_kwargs"] == {"min_pixels": 3136, "max_pixels": 12_845_056}  # no bound given: the file's
+    with pytest.raises(UserError, match="vision_attention='SDPA'"):
+        vision_engine_kwargs(tmp_path / "vl", {}, vision_attention="SDPA")
+    with pytest.raises(UserError, match="images_per_prompt=0"):
+        vision_engine_kwargs(tmp_path / "vl", {}, images_per_prompt=0)
+    assert vision_engine_kwargs(tmp_path / "text", {"max_num_seqs": 4}, images_per_prompt=15) == {"max_num_seqs": 4}
 
 
 def test_vllm_requests_carry_the_images():

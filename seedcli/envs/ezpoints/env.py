@@ -28,6 +28,7 @@ from seedcli.envs.base import Environment, EnvOptions, StepResult, Task, encode_
 from seedcli.envs.ezpoints.expert import solve
 from seedcli.envs.ezpoints.game import (
     ACTION_NAMES,
+    CANVAS_SIZE,
     NO_OP,
     TRAIN_SEED_RANGE,
     EZPoints,
@@ -152,6 +153,10 @@ class EZPointsEnv(Environment):
     def __init__(self, data_root: str | None = None, **options: Any):
         super().__init__(data_root, **options)
         self.observation = EZPointsOptions(**self.options).observation
+
+    def frame_size(self) -> tuple[int, int] | None:
+        """gym-cards' 300×300 canvas in image mode; None in text mode."""
+        return (CANVAS_SIZE[1], CANVAS_SIZE[0]) if self.observation == "image" else None
 
     def resolve_data_root(self) -> Path:
         return resolve_data_root(self.data_root)

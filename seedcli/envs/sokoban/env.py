@@ -28,6 +28,7 @@ from seedcli.envs.sokoban.expert import solve
 from seedcli.envs.sokoban.game import (
     ACTION_NAMES,
     TEST_LIST_SIZE,
+    TILE,
     TRAIN_SEED_HIGH,
     Sokoban,
     resolve_data_root,
@@ -212,6 +213,11 @@ class SokobanEnv(Environment):
         opts = SokobanOptions(**self.options)
         self.observation = opts.observation
         self.room = {"dim": (opts.dim, opts.dim), "num_boxes": opts.num_boxes, "search_depth": opts.search_depth}
+
+    def frame_size(self) -> tuple[int, int] | None:
+        """gym-sokoban's rgb_array: 16 pixels a cell (96×96 for the paper's 6×6 rooms); None in text mode."""
+        rows, cols = self.room["dim"]
+        return (rows * TILE, cols * TILE) if self.observation == "image" else None
 
     def resolve_data_root(self) -> Path:
         return resolve_data_root(self.data_root)
