@@ -72,7 +72,7 @@ class PolicyAnalyzer:
             raise UserError(f"--model {path}: no config.json; pass a Hugging Face model directory")
         from seedcli.engines import load_engine
 
-        engine = load_engine(cfg.engine, path, device=cfg.device, seed=cfg.seed)
+        engine = load_engine(cfg.engine, path, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
         return cls(
             engine,
             str(path),
@@ -168,6 +168,86 @@ def question_images(trajectory: Any, prompt: str, images: Any) -> list[bytes]:
     return [images.load(sha) for sha in shas]
 
 
+# a retry resends the failed answer: its text re-encoded can take a few tokens more than were generated
+RETRY_SLACK_TOKENS = 16
+
+
+def context_limit(engine: Any) -> int | None:
+    """The most tokens one request (prompt + reply) may hold in `engine`: vLLM's max_model_len, else the positions
+    of the engine's model (its text config's max_position_embeddings); None when neither says."""
+    limit = getattr(engine, "max_model_len", None)
+    if isinstance(limit, int) and limit > 0:
+        return limit
+    config = getattr(getattr(engine, "model", None), "config", None)
+    if config is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    positions = getattr(text, "max_position_embeddings", None)
+    return positions if isinstance(positions, int) and positions > 0 else None
+
+
+def message_tokens(engine: Any, messages: list[dict]) -> int:
+    """Tokens of the engine's request for `messages`, each image counted at the tokens it takes (its processor's)."""
+    ids, images = engine_prompt(engine, messages)
+    processor = getattr(engine, "image_processor", None)
+    if images and processor is not None:
+        from seedcli.engines.vision import request_tokens
+
+        return request_tokens(ids, images, processor)
+    return len(ids)
+
+
+def fit_analysis_prompt(
+    engine: Any,
+    trajectory: Any,
+    max_chars: int | None,
+    max_new_tokens: int,
+    *,
+    images: Any = None,
+    attempts: int = 1,
+    skill_mode: str = "episode_only",
+    max_step_skills: int = 0,
+) -> tuple[str, list[bytes]]:
+    """A trajectory's analysis prompt and its images, cut by tokens: the oldest steps are dropped (as `max_chars`
+    drops them) until the request and `max_new_tokens` fit the engine's context, and with `attempts` > 1 also the
+    retry (the prompt, the failed answer, the reminder). The longest prompt that fits is kept; a UserError when even
+    the prompt without its steps does not fit."""
+    prompt = _render(trajectory, max_chars, skill_mode, max_step_skills)
+    limit = context_limit(engine)
+    if limit is None:
+        return prompt, question_images(trajectory, prompt, images)
+    budget = limit - max_new_tokens
+    if attempts > 1:  # the retry's own turns: the answer (at most max_new_tokens) and the reminder
+        plain = message_tokens(engine, analysis_messages("x"))
+        retry = message_tokens(engine, analysis_messages("x", "", reminder=schema_reminder(skill_mode)))
+        budget -= retry - plain + max_new_tokens + RETRY_SLACK_TOKENS
+
+    def tokens(text: str) -> int:
+        return message_tokens(engine, analysis_messages(text, images=question_images(trajectory, text, images)))
+
+    n = tokens(prompt)
+    if n > budget:
+        # the longest prompt that fits: a prompt grows with max_chars (fewer steps dropped), so bisect on it
+        low, high, best = 0, len(prompt) - 1, None
+        while low <= high:
+            mid = (low + high) // 2
+            candidate = _render(trajectory, mid, skill_mode, max_step_skills)
+            if tokens(candidate) <= budget:
+                best, low = candidate, mid + 1
+            else:
+                high = mid - 1
+        if best is None:
+            shortest = tokens(_render(trajectory, 0, skill_mode, max_step_skills))
+            retry_note = " and a retry" if attempts > 1 else ""
+            raise UserError(
+                f"episode {trajectory.episode_id}: its analysis prompt takes {shortest} tokens even without its "
+                f"steps; with {max_new_tokens} new tokens{retry_note} it does not fit the engine's context of "
+                f"{limit} tokens; raise max_model_len or lower analyzer_max_new_tokens"
+            )
+        prompt = best
+    return prompt, question_images(trajectory, prompt, images)
+
+
 def analyze_with_engine(
     engine: Any,
     items: Sequence[Any],
@@ -185,19 +265,31 @@ def analyze_with_engine(
     """Skills for trajectories (or already-rendered analysis prompts): one generate call for all, then up to
     `attempts − 1` more for those whose answer did not parse, each showing the previous answer and the schema reminder.
     `ParsedSkill.kept` says whether each skill is usable (`min_words` words at least). An episode played from images
-    is analysed with the visual prompt and its steps' images, read from `images` (the run's ImageStore).
+    is analysed with the visual prompt and its steps' images, read from `images` (the run's ImageStore). A
+    trajectory's prompt is cut to the engine's context by tokens (`fit_analysis_prompt`), after `max_prompt_chars`.
     `skill_mode` other than episode_only also asks for (and parses) up to `max_step_skills` step skills; it needs
     trajectories, whose length bounds the step numbers."""
     if skill_mode != "episode_only" and any(isinstance(item, str) for item in items):
         raise ValueError("step skills need the trajectories (their length bounds the step numbers), not prompts")
-    prompts = [
-        item if isinstance(item, str) else _render(item, max_prompt_chars, skill_mode, max_step_skills)
-        for item in items
-    ]
-    pngs = [
-        [] if isinstance(item, str) else question_images(item, prompt, images)
-        for item, prompt in zip(items, prompts, strict=True)
-    ]
+    prompts: list[str] = []
+    pngs: list[list[bytes]] = []
+    for item in items:
+        if isinstance(item, str):
+            prompts.append(item)
+            pngs.append([])
+            continue
+        prompt, shown = fit_analysis_prompt(
+            engine,
+            item,
+            max_prompt_chars,
+            max_new_tokens,
+            images=images,
+            attempts=attempts,
+            skill_mode=skill_mode,
+            max_step_skills=max_step_skills,
+        )
+        prompts.append(prompt)
+        pngs.append(shown)
 
     def parse(i: int, text: str) -> ParsedSkill:
         steps = 0 if isinstance(items[i], str) else len(items[i].turns)
@@ -287,8 +379,16 @@ class SelfAnalysis:
         if self.failed_only and trajectory.won:
             self.results[trajectory.episode_id] = ParsedSkill(None, None, SKIPPED_SUCCESS, attempts=0)
             return []
-        prompt = _render(trajectory, self.max_prompt_chars, self.skill_mode, self.max_step_skills)
-        pngs = question_images(trajectory, prompt, self.images)
+        prompt, pngs = fit_analysis_prompt(
+            self.engine,
+            trajectory,
+            self.max_prompt_chars,
+            self.max_new_tokens,
+            images=self.images,
+            attempts=self.attempts,
+            skill_mode=self.skill_mode,
+            max_step_skills=self.max_step_skills,
+        )
         self._asked[trajectory.episode_id] = (prompt, pngs, len(trajectory.turns))
         return [self._request(trajectory.episode_id, 0, analysis_messages(prompt, images=pngs))]
 
