@@ -121,10 +121,12 @@ def request_key(
     temperature: float,
     max_tokens: int,
     images: Sequence[str] = (),
+    endpoint: str | None = None,
 ) -> str:
-    """Cache key of one analysis: sha256 of (analyzer, model, prompt version, prompt text, sampling, and the sha256 of
-    each image a visual prompt shows). The prompt is a function of the trajectory, so equal keys mean the same
-    question asked of the same model."""
+    """Cache key of one analysis: sha256 of (analyzer, model, prompt version, prompt text, sampling, the sha256 of
+    each image a visual prompt shows, and the endpoint that answers: an HTTP analyzer's base URL, since two servers
+    may give different models one name). The prompt is a function of the trajectory, so equal keys mean the same
+    question asked of the same model at the same place."""
     fields = {
         "analyzer": analyzer,
         "model": model,
@@ -135,6 +137,8 @@ def request_key(
     }
     if images:  # text prompts keep the keys they always had
         fields["images"] = list(images)
+    if endpoint is not None:  # the rules and policy analyzers keep theirs (the policy's model is its weights' hash)
+        fields["endpoint"] = endpoint.rstrip("/")
     blob = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(blob).hexdigest()
 

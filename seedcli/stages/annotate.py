@@ -17,13 +17,16 @@ Outputs under runs/annotate/<id>/:
     skills.jsonl     kept records (SkillRecord, reason = null), one per trajectory whose skill passed the parser
     rejected.jsonl   every other trajectory, with its reason and the raw answer
     responses.jsonl  every analyzer answer as it arrived, keyed by sha256 of (analyzer, model, prompt version, prompt,
-                     temperature, max tokens) — the cache that makes reruns and resumes send no request twice
+                     temperature, max tokens, and an HTTP analyzer's base URL) — the cache that makes reruns and
+                     resumes send no request twice
 
 Response reuse: a resumed run rebuilds skills/rejected from its own responses.jsonl. A new run of the same collect
 run also reuses (copies into its own responses.jsonl) any answer with the same key from earlier annotate runs of that
-collect run, complete or not, so a rerun only asks for what is missing. Transport failures (retries exhausted) are
-rejected as `request_failed` and never cached, so a resume or rerun asks again. A 401/403, or max(3, concurrency)
-requests failing in a row (server down, wrong URL), stops the stage at once with a one-line error (exit 2).
+collect run, complete or not, so a rerun only asks for what is missing; an answer from another endpoint (another
+--base-url, even with the same --model name) is another analyzer's and is never reused. Transport failures
+(retries exhausted) are rejected as `request_failed` and never cached, so a resume or rerun asks again. A 401/403,
+or max(3, concurrency) requests failing in a row (server down, wrong URL), stops the stage at once with a one-line
+error (exit 2).
 Progress (stderr): done, kept, rejected, retries (transport + schema reminders), tokens.
 Skill-leak audit (always on): `skills/leak_frac`, the share of kept skills that leak what only hindsight knows (the
 environment's `leaks` rule: the answer, the goal product, where the target was, the moves), overall and
@@ -114,12 +117,15 @@ def _tolerant_lines(path: Path):
                 yield entry
 
 
-def _entry(job: Job, attempt: int, analyzer: str, model: str, resp: AnalyzerResponse) -> dict:
+def _entry(
+    job: Job, attempt: int, analyzer: str, model: str, resp: AnalyzerResponse, base_url: str | None = None
+) -> dict:
     return {
         "key": job.key,
         "attempt": attempt,
         "analyzer": analyzer,
         "model": model,
+        "base_url": base_url,  # the endpoint that answered (HTTP analyzers; part of the key)
         "prompt_version": job.version,
         "text": resp.text,
         "prompt_tokens": resp.prompt_tokens,
@@ -294,7 +300,8 @@ class _Annotator:
             return self.analyzer
 
     def _store(self, job: Job, attempt: int, resp: AnalyzerResponse) -> dict:
-        entry = _entry(job, attempt, self.cfg.analyzer, self.key_model, resp)
+        base_url = self.cfg.base_url if self.cfg.analyzer in HTTP_ANALYZERS else None
+        entry = _entry(job, attempt, self.cfg.analyzer, self.key_model, resp, base_url)
         self.cache.put(entry)
         with self.lock:
             self.requests += 1
@@ -464,7 +471,10 @@ def _jobs(cfg: AnnotateConfig, key_model: str, trajectories: list[Trajectory]) -
             raise UserError(f"{cfg.from_run}: {exc}; re-collect the run") from None
         prompt = render_trajectory_analysis(traj, description=env_class(traj.env).analysis_description)
         images = analysis_images(traj, prompt)
-        key = request_key(cfg.analyzer, key_model, version, prompt, cfg.temperature, cfg.max_tokens, images)
+        endpoint = cfg.base_url if cfg.analyzer in HTTP_ANALYZERS else None
+        key = request_key(
+            cfg.analyzer, key_model, version, prompt, cfg.temperature, cfg.max_tokens, images, endpoint=endpoint
+        )
         jobs.setdefault(key, Job(key, prompt, version, images)).trajectories.append(traj)
     return jobs
 

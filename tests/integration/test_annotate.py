@@ -311,6 +311,35 @@ def test_unreachable_endpoint_stops_the_stage_instead_of_failing_every_record(co
     assert len(list(read_jsonl(run_dir / "rejected.jsonl"))) < len(trajs)  # it did not grind through every record
 
 
+def test_answers_from_another_endpoint_with_the_same_model_name_are_not_reused(collect_run, monkeypatch):
+    """Two OpenAI-compatible servers that both call their model `m` are two analyzers: the second run asks its own
+    server for every answer, and its skills and manifest come from that server only."""
+    runs, collect, trajs = collect_run
+    monkeypatch.setenv("FAKE_KEY", KEY)
+
+    def other_answer(prompt: str) -> dict:
+        return {"episode_summary": "Server two read it.", "episode_skill": "server two says: look before you act"}
+
+    with FakeChatServer(api_key=KEY) as one, FakeChatServer(api_key=KEY, answer=other_answer) as two:
+        first = annotate.run(openai_cfg(runs, collect, one.url))
+        second = annotate.run(openai_cfg(runs, collect, two.url + "/"))  # the same endpoint as two.url
+        again = annotate.run(openai_cfg(runs, collect, two.url))
+        sent_to_two = sum(two.snapshot().values())
+    assert first.metrics["annotate/kept"] == N and first.metrics["base_url"] == one.url
+    assert second.metrics["annotate/reused_responses"] == 0 and second.metrics["annotate/requests_this_session"] == N
+    assert sent_to_two == N  # the second run's answers: all from its own server, once
+    skills, _ = records_of(runs / "annotate" / second.run_id)
+    assert {r["episode_skill"] for r in skills.values()} == {"server two says: look before you act"}
+    assert second.metrics["base_url"] == two.url
+    entries = [json.loads(line) for line in (runs / "annotate" / second.run_id / "responses.jsonl").open()]
+    assert {e["base_url"] for e in entries} == {two.url}
+    # a rerun against the same server reuses its answers (and only them)
+    assert again.metrics["annotate/reused_responses"] == N and again.metrics["annotate/requests_this_session"] == 0
+    assert {r["episode_skill"] for r in records_of(runs / "annotate" / again.run_id)[0].values()} == {
+        "server two says: look before you act"
+    }
+
+
 def test_policy_analyzer_through_an_engine(collect_run, monkeypatch, tmp_path):
     """The policy path on a stand-in engine: one generate call per batch, a reminder batch for what did not parse."""
     runs, collect, trajs = collect_run
