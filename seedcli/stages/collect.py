@@ -43,6 +43,19 @@ def check_model_dir(model: str | None, flag: str = "--model") -> Path:
     return path
 
 
+def check_model_sees(env: Environment, model_dir: Path, flag: str = "--model") -> None:
+    """Refuse, in one line, a text-only model on an environment that shows images: it would play blind (the prompt's
+    image placeholder is all it reads) and the run would still end complete."""
+    from seedcli.engines.base import is_vision_model
+
+    if env.frame_size() is not None and not is_vision_model(model_dir):
+        raise UserError(
+            f"{flag} {model_dir}: a text-only model (no vision tower) cannot see {env.title}'s image observations "
+            "(env_options observation: image) and would play blind; use a vision-language model (e.g. `seed model "
+            "init --preset tiny-vl --out DIR`) or text observations (--env-options '{observation: text}')"
+        )
+
+
 def make_env(cfg: RolloutConfig) -> Environment:
     """The environment a rollout config names, with its data root and options."""
     return get_env(cfg.env, data_root=cfg.data_root, **cfg.env_options)
@@ -65,7 +78,7 @@ def load_policy_engine(cfg: RolloutConfig, model_dir: Path):
     from seedcli.engines import load_engine
     from seedcli.engines.tiny import model_hash
 
-    engine = load_engine(cfg.engine, model_dir, device=cfg.device, seed=cfg.seed)
+    engine = load_engine(cfg.engine, model_dir, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
     meta = {"engine": cfg.engine, "model_id": str(model_dir), "model_hash": model_hash(model_dir), "policy": "model"}
     return engine, meta
 
@@ -145,6 +158,7 @@ def run(cfg: CollectConfig) -> Manifest:
     split = env.resolve_split(cfg.split)
     games = env.select_tasks(env.list_tasks(split), cfg.tasks, cfg.seed, cfg.task_types)
     model_dir = check_model_dir(cfg.model)
+    check_model_sees(env, model_dir)
     specs = [
         EpisodeSpec(episode_id=f"g{gi:04d}-r{r:02d}", group_id=f"g{gi:04d}", task=task)
         for gi, task in enumerate(games)

@@ -28,6 +28,7 @@ from seedcli.images import check_images
 from seedcli.rollout import EpisodeSpec, ExpertPolicy, ModelPolicy, RandomPolicy
 from seedcli.stages.collect import (
     check_model_dir,
+    check_model_sees,
     image_outputs,
     load_policy_engine,
     make_env,
@@ -148,6 +149,7 @@ def run(cfg: EvalConfig) -> Manifest:
     source = None
     if cfg.policy == "model":
         model_dir, source = resolve_model(cfg)
+        check_model_sees(env, model_dir, "--from" if cfg.from_run else "--model")
     elif cfg.model or cfg.from_run:
         raise UserError(f"--policy {cfg.policy} plays without a model; drop --model/--from")
 
