@@ -8,6 +8,11 @@ By default the engine core runs inside the calling process (VLLM_ENABLE_V1_MULTI
 executor): it starts in seconds instead of ~40 s on CPU and takes weight updates without copying them between
 processes. `in_process=False` gives vLLM's usual engine-core process; a script that uses it needs an
 `if __name__ == "__main__":` guard because vLLM spawns processes.
+
+A vision-language model: images per prompt, no video and the image processor's pixel bounds are engine arguments
+(`vision_engine_kwargs`), `engine.image_processor` carries the same bounds for the trainer, and each image is sent
+already at the size that processor resizes it to. Requests a rollout left in vLLM (it was interrupted) are aborted
+before the next `generate`, `score` or batcher, and an over-long prompt is a one-line error before vLLM sees it.
 """
 
 from __future__ import annotations
