@@ -146,3 +146,17 @@ def test_a_prompt_over_max_model_len_is_one_line_error_before_vllm_sees_it():
     engine.check_length(list(range(55)), [room])
     with pytest.raises(UserError, match=r"64 tokens \(images included\)"):
         engine.check_length(list(range(56)), [room])
+
+
+def test_vllm_gets_each_image_at_the_size_the_trainers_processor_resizes_it_to():
+    pytest.importorskip("vllm")
+    from seedcli.engines.vision import fit_image, tiny_image_processor
+    from seedcli.engines.vllm import vllm_requests
+
+    processor = tiny_image_processor()
+    room = np.random.default_rng(3).integers(0, 256, size=(96, 96, 3), dtype=np.uint8)
+    [request] = vllm_requests([[1, 2]], [[room]], processor)
+    [sent] = request["multi_modal_data"]["image"]
+    assert sent.size == (84, 84) and np.array_equal(np.asarray(sent), np.asarray(fit_image(room, processor)))
+    [plain] = vllm_requests([[1, 2]], [[room]])[0]["multi_modal_data"]["image"]
+    assert plain.size == (96, 96)  # without a processor the image goes as it is
