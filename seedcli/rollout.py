@@ -1,6 +1,8 @@
 """Play episodes of any registered environment with a policy: collect, eval and rl all use this loop.
 
-Two schedules, the same trajectories (every request carries its own seed):
+Two schedules, the same trajectories in fp32 (every request carries its own seed; vLLM on CUDA draws each request's
+noise from (seed, position)); in bf16 the logits depend on the batch make-up, so a near-tie can part the two unless
+vLLM runs batch-invariant kernels (`scripts/gpu_smoke.py` reports the share of identical trajectories):
 - `async` (the default): each episode sends its next request as soon as its own environment step has returned; the
   engine decodes whatever requests are waiting, continuously (the hf engine's `ContinuousBatcher`: a finished reply
   leaves the batch at once and a waiting one takes its row), and the environment steps run in a thread, in the

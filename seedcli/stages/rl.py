@@ -135,6 +135,9 @@ def run(cfg: RLConfig) -> Manifest:
     env = make_env(cfg)
     if not env.list_tasks(env.resolve_split(cfg.split)):  # missing data is a UserError here, before any launch
         raise UserError(f"no {cfg.split} tasks for {env.title}; check --data-root")
+    from seedcli.stages.collect import check_model_sees
+
+    check_model_sees(env, model_dir, "--from" if source is not None else "--model")
     multi_node = bool(cfg.torchrun_args)
     if node_rank(cfg.torchrun_args) > 0:
         return _follower_node(cfg, model_dir, world)
@@ -236,14 +239,14 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     # the rollout engine (π_old), the actor θ and the frozen reference
     t_load = time.perf_counter()
     start_dir = ckpt / "model" if ckpt else Path(model_dir)
-    engine, meta = load_rollout_engine(cfg, start_dir, info)
+    env = make_env(cfg)
+    engine, meta = load_rollout_engine(cfg, start_dir, info, env.frame_size())
     models = load_models(cfg, info, engine, start_dir, Path(model_dir), resumed=ckpt is not None)
     if ckpt is not None:
         load_optimizer_and_rng(ckpt, models.optimizer, models.train_model, info)
     timing_load = time.perf_counter() - t_load
 
     # the games
-    env = make_env(cfg)
     sampler = _task_sampler(cfg, env, state)
     val_games = []
     if cfg.val_every:
@@ -327,7 +330,7 @@ class _TrainingLoop:
             append_record(self.run_dir / METRICS, record)
             if sample is not None:
                 append_record(self.run_dir / SAMPLES, sample)
-        if step % cfg.save_every == 0 or step == cfg.steps:
+        if cfg.save_every and (step % cfg.save_every == 0 or step == cfg.steps):
             self.checkpoint(step, record)
         return record
 
@@ -512,8 +515,11 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
 
     weights = LossWeights(cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, plan.opd_coef, plan.opd_beta)
     # the probe's allowed drift beyond its calibration (a warning): float noise when both sides are fp32 (CPU, or a
-    # shared model); looser for a bf16 vLLM engine vs FSDP
-    sync_tol = cfg.sync_tol or (1e-3 if (models.shared or info.device.type == "cpu") else 0.05)
+    # shared model); looser for a bf16 engine (vLLM or hf) against a bf16 trainer (FSDP or autocast)
+    from seedcli.precision import compute_dtype_name
+
+    fp32 = models.shared or (info.device.type == "cpu" and compute_dtype_name(cfg.dtype, info.device) == "float32")
+    sync_tol = cfg.sync_tol or (1e-3 if fp32 else 0.05)
     tokenizer = engine.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     probe = make_probe(engine, tokenizer, *_probe_texts(cfg.history))

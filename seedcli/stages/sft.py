@@ -415,6 +415,7 @@ def train(run_dir: Path, cfg: SFTConfig, base: Path, device: str) -> None:
     on_cuda = device == "cuda"
     # fp32 master weights: lr 5e-6 updates vanish in bf16 rounding; bf16 autocast does the matmuls on GPUs
     from seedcli.engines.base import is_vision_model
+    from seedcli.precision import compute_dtype_name
 
     if is_vision_model(base):  # a vision-language policy: the whole model (vision tower too) is saved back
         from transformers import AutoModelForImageTextToText as AutoModelForCausalLM  # noqa: N814
@@ -448,7 +449,8 @@ def train(run_dir: Path, cfg: SFTConfig, base: Path, device: str) -> None:
         seed=cfg.seed,
         data_seed=cfg.seed,
         use_cpu=not on_cuda,
-        bf16=on_cuda and torch.cuda.is_bf16_supported(),
+        # auto: bf16 autocast on a GPU and on a CPU with bf16 instructions (seedcli/precision.py)
+        bf16=compute_dtype_name(cfg.dtype, device) == "bfloat16",
         fp16=False,
         # recomputing activations saves memory at 8192 tokens on GPUs and only costs time on a tiny CPU model
         gradient_checkpointing=on_cuda,

@@ -407,9 +407,18 @@ def _collate(examples, idx, pad_id: int, prompt_weight: float):
 
 
 def _loss(model, ids, attn, weight):
-    """(weighted loss, response-token NLL sum, response tokens) of one batch."""
+    """(weighted loss, response-token NLL sum, response tokens) of one batch. Without prompt weight only the
+    response positions get logits (rl/logprobs.py: chunked, fp32), not a [B, T, vocab] tensor."""
     import torch
 
+    resp = (weight == 1.0).float()  # [B, T]: response tokens
+    if not bool((weight[weight != 1.0] != 0).any()):
+        from seedcli.rl.logprobs import sequence_logprobs
+
+        logp = sequence_logprobs(model, ids, attn, resp)  # [B, T] fp32, 0 off the response
+        nll_sum = -(logp * resp).sum()
+        n = resp.sum()
+        return nll_sum / n.clamp(min=1.0), float(nll_sum.detach()), float(n)
     logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()  # [B, T-1, V]
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [B, T-1]
     w = weight[:, 1:]
@@ -440,6 +449,7 @@ def warm_start(
     check_skills: int = 8,
     env: str = "alfworld",
     skill_writing: bool = True,
+    dtype: str | None = None,
 ) -> dict:
     """Behaviour-clone the expert on `games` training games for `epochs` epochs into the model at `model_dir`
     (trained in place) and write warmstart.json beside it. `prompt_weight` adds a small next-token loss on the
@@ -448,7 +458,8 @@ def warm_start(
     preset tokenizer and seed): the default tiny shape is too small to pick the expert's action out of the prompt;
     `shape=None` trains the model as given. `env`: whose expert (ALFWorld's searching expert; any other registered
     environment's own expert, `env_demonstrations`); `max_steps` and `history` default to 40 and 5 on ALFWorld, the
-    environment's own elsewhere; `skill_writing=False` trains acting only."""
+    environment's own elsewhere; `skill_writing=False` trains acting only. `dtype` (auto: bf16 on a CPU with bf16
+    instructions) is the compute dtype: fp32 master weights and AdamW state, bf16 matmuls under autocast."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -501,14 +512,27 @@ def warm_start(
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     t_train = time.time()
+    from seedcli.precision import compute_dtype_name
+
+    compute = compute_dtype_name(dtype, "cpu")
     curve = train_clone(
-        model, examples, epochs, seed, lr=lr, batch_tokens=batch_tokens, prompt_weight=prompt_weight, pad_id=pad_id
+        model,
+        examples,
+        epochs,
+        seed,
+        lr=lr,
+        batch_tokens=batch_tokens,
+        prompt_weight=prompt_weight,
+        pad_id=pad_id,
+        dtype=compute,
     )
     train_s = time.time() - t_train
 
     model.save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)
-    check, skill_check = clone_checks(model_dir, demos, held_out, check_turns, analysis_max_chars, seed, environment)
+    check, skill_check = clone_checks(
+        model_dir, demos, held_out, check_turns, analysis_max_chars, seed, environment, dtype=compute
+    )
     epoch_nll = []
     for e in range(1, epochs + 1):
         rows = [c["response_nll"] for c in curve if c["epoch"] == e]
@@ -551,6 +575,8 @@ def warm_start(
         "rebuilt_with_agent_shape": rebuilt,
         "lr": lr,
         "batch_tokens": batch_tokens,
+        "compute_dtype": compute,
+        "master_dtype": "float32",
         "prompt_weight": prompt_weight,
         "max_steps": max_steps,
         "history": history,
@@ -571,12 +597,23 @@ def warm_start(
 
 
 def train_clone(
-    model, examples: list, epochs: int, seed: int, *, lr: float, batch_tokens: int, prompt_weight: float, pad_id: int
+    model,
+    examples: list,
+    epochs: int,
+    seed: int,
+    *,
+    lr: float,
+    batch_tokens: int,
+    prompt_weight: float,
+    pad_id: int,
+    dtype: str = "float32",
 ) -> list[dict]:
     """`epochs` epochs of AdamW over `examples` (prompt ids, response ids) in length-grouped batches of at most
     `batch_tokens` padded tokens, lr with a linear warm-up and a cosine decay to 10%; returns the loss curve (one
-    entry per batch)."""
+    entry per batch). `dtype` bfloat16: the matmuls under bf16 autocast (the weights and AdamW state stay fp32)."""
     import torch
+
+    from seedcli.precision import autocast
 
     rng = random.Random(seed)
     torch.manual_seed(seed)
@@ -602,7 +639,8 @@ def train_clone(
             ids, attn, weight = _collate(examples, idx, pad_id, prompt_weight)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step)
-            loss, nll, ntok = _loss(model, ids, attn, weight)
+            with autocast(torch.bfloat16 if dtype == "bfloat16" else torch.float32, "cpu"):
+                loss, nll, ntok = _loss(model, ids, attn, weight)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -629,12 +667,13 @@ def clone_checks(
     max_chars: int,
     seed: int,
     env=None,
+    dtype: str | None = None,
 ) -> tuple[dict, dict]:
     """(greedy acting check, skill-writing check on the held-out episodes; empty without any) of the saved clone,
     loaded through the hf engine as collect, rl and eval will load it. `env`: another environment than ALFWorld."""
     from seedcli.engines.hf import HFEngine
 
-    engine = HFEngine(model_dir, device="cpu", seed=seed)
+    engine = HFEngine(model_dir, device="cpu", dtype=dtype, seed=seed)
     try:
         check = greedy_check(engine, demos, turns, seed, env)
         _log(
