@@ -306,6 +306,11 @@ class Environment(ABC):
         """A well-formed response that `parse_action` reads back as `action` (expert, random, warm start, tests)."""
         return f"<think>{think}</think>\n<action>{action}</action>"
 
+    def demo_thought(self, trajectory, turn, action: str) -> str | None:
+        """The thought of a warm-start demonstration turn that plays `action` (the expert's) at `turn`: reasoning a
+        policy can learn to reproduce from what the prompt shows; None = the warm start's constant thought."""
+        return None
+
     def expert_response(self, result: StepResult) -> str:
         """The expert's response to `result` (from an expert game)."""
         return self.format_response("I follow the expert plan.", result.expert_action or "")

@@ -327,6 +327,8 @@ def demo_examples(demos: list[DemoEpisode], tokenizer, env=None) -> list[tuple[l
         for turn, label, think in zip(demo.trajectory.turns, demo.labels, thinks, strict=False):
             if not _usable(label, turn):
                 continue
+            if env.name != "alfworld":  # the environment's own reasoning for the expert's move, where it has one
+                think = env.demo_thought(demo.trajectory, turn, label) or think
             prompt = render_chat(tokenizer, [{"role": "user", "content": turn.prompt}])
             response = tokenizer.encode(env.format_response(think, label), add_special_tokens=False) + [eos]
             out.append((prompt, response))
@@ -724,7 +726,7 @@ def greedy_check(engine, demos: list[DemoEpisode], turns: int, seed: int, env=No
     ]
     picked = random.Random(seed + 1).sample(pool, min(turns, len(pool)))
     prompts = [engine.render([{"role": "user", "content": turn.prompt}]) for turn, _ in picked]
-    completions = engine.generate(prompts, temperature=0.0, max_new_tokens=48, seed=seed) if prompts else []
+    completions = engine.generate(prompts, temperature=0.0, max_new_tokens=96, seed=seed) if prompts else []
     valid = admissible = expert = 0
     examples = []
     for (turn, label), completion in zip(picked, completions, strict=True):

@@ -108,6 +108,16 @@ def gym_projection(response: str) -> tuple[str, bool]:
     return "", False
 
 
+def _card_value(name: str) -> int | None:
+    """The number a card named in words counts for ("Jack of Hearts" → 10, "Ace of Spades" → 1, "7 of Clubs" → 7)."""
+    rank = name.strip().split(" of ")[0]
+    if rank in ("Jack", "Queen", "King"):
+        return 10
+    if rank == "Ace":
+        return 1
+    return int(rank) if rank.isdigit() else None
+
+
 def cards_text(cards: Sequence[str]) -> str:
     return " and ".join(card_words(c) for c in cards)
 
@@ -210,6 +220,19 @@ class EZPointsEnv(Environment):
 
     def format_response(self, think: str, action: str) -> str:
         return json.dumps({"thoughts": think, "action": action}, indent=2)
+
+    def demo_thought(self, trajectory, turn, action: str) -> str | None:
+        """The arithmetic the expert's move follows from, in words the prompt supports: the two card values, the
+        formula that makes 12, the formula so far and so the next character (the prompt shows cards and formula)."""
+        values = [_card_value(name) for name in str(trajectory.task).split(" and ")]
+        if len(values) != 2 or None in values:
+            return None
+        a, b = values
+        op = "+" if a + b == 12 else "*"
+        return (
+            f"The cards are {a} and {b}. {a} {op} {b} = 12, so the formula is {a}{op}{b}=. The current formula is "
+            f"'{turn.observation}', so the next character is {action}."
+        )
 
     def random_response(self, result: StepResult, rng: random.Random) -> str:
         return self.format_response("I pick a random character.", rng.choice(ACTION_NAMES))
