@@ -162,14 +162,14 @@ def main() -> None:
     print(f"matmul peak (4096²): fp32 {peak['fp32'] / 1e12:.2f} TFLOPS, bf16 {peak['bf16'] / 1e12:.2f} TFLOPS")
 
     rows = []  # (what, dtype name, tokens/s, flops/token, peak key)
+    from seedcli.engines.base import render_chat
+
     gen_prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": PROMPT * 3 + f"The cards are {i % 9 + 2} and {12 - i % 9 - 2}."}],
-            add_generation_prompt=True,
+        render_chat(
+            tokenizer, [{"role": "user", "content": PROMPT * 3 + f"The cards are {i % 9 + 2} and {12 - i % 9 - 2}."}]
         )
         for i in range(args.gen_prompts)
     ]
-    gen_prompts = [list(p["input_ids"] if isinstance(p, dict) else p) for p in gen_prompts]
     ctx = sum(map(len, gen_prompts)) / len(gen_prompts) + args.gen_tokens / 2
     gen_flops = flops_per_token(config, int(ctx), train=False, head=True)
     for name in ("fp32", "bf16"):

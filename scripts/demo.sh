@@ -69,7 +69,7 @@ next:
   seed plot {runs}/rl/latest --out plots        training curves (PNG)
   seed inspect {runs}/rl/latest                 an episode, its skill, and per-token score shift and gate
   seed runs --runs-dir {runs}                   every run, its status and lineage
-  make method-check                              SEED vs GRPO with 3 seeds on text Sokoban, on CPU (~100 min)
+  make method-check-tiny                         SEED vs GRPO with 3 seeds on text Sokoban, on CPU (~100 min)
   on GPUs: GPU=1 make install, then the paper's pipeline with -c paper_qwen25_3b and seed rl --gpus 8 (README)
 `seed` lives in .venv/bin: `source .venv/bin/activate`, or call .venv/bin/seed.""")
 PY

@@ -25,7 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from seedcli.reporting import load_results, plot_lines, read_metrics  # noqa: E402
 
-ARM_LABELS = {"grpo": "GRPO", "seed": "SEED", "seed_guarded": "SEED + guards", "seed_opd1": "SEED, λ_opd 1.0"}
+ARM_LABELS = {
+    "grpo": "GRPO",
+    "seed": "SEED",
+    "seed_guarded": "SEED + guards",
+    "seed_opd1": "SEED, λ_opd 1.0",
+    "seed_self": "SEED, self-analyzer",
+    "seed_rules": "SEED, rules analyzer",
+}
 PAPER_CONFIG = Path("configs/sokoban/paper_qwen25vl_3b.yaml")
 # the leak and harm measures (issue 19 §2-3), the OPD statistics the SEED code logs, and two health signals
 MEASURES = [
@@ -107,6 +114,8 @@ class Check:
         self.arms: dict[str, str] = dict(mc.get("arms", {}))
         ws = runs / "models" / "agent" / "warmstart.json"
         self.warm = json.loads(ws.read_text()) if ws.exists() else None
+        prov = runs / "models" / "agent" / "provenance.json"  # a pretrained model (seed model init --preset <GGUF>)
+        self.provenance = json.loads(prov.read_text()) if prov.exists() else None
         self.metrics: dict[tuple[str, int], list[dict]] = {}
         self.results: dict[tuple[str, int], dict] = {}
         for arm in self.arms:
@@ -177,8 +186,14 @@ class Doc:
             "",
             "The reproduction guide's *method smoke test*, with variance: does the trajectory → hindsight skill → "
             "token-level OPD → policy update chain change what a policy learns, beyond seed-to-seed noise, and what "
-            "do the leak and harm measures say while it runs? A tiny model (built in code, no model hub) is "
-            "behaviour-cloned on the environment's expert so that it solves some rooms; then, from that one "
+            "do the leak and harm measures say while it runs? "
+            + (
+                f"{c.provenance.get('model', 'A pretrained model')} (from {c.provenance.get('package')} "
+                f"{c.provenance.get('package_version')}'s GGUF, no model hub) is "
+                if c.provenance
+                else "A tiny model (built in code, no model hub) is "
+            )
+            + "behaviour-cloned on the environment's expert so that it solves some games; then, from that one "
             f"checkpoint, each of {len(c.seeds)} seeds trains {len(c.arms)} arms ("
             + ", ".join(f"{ARM_LABELS.get(a, a)}: `{args}`" for a, args in c.arms.items())
             + "), and every final model plays the same test rooms. This is a mechanism check: model, data and "
@@ -238,7 +253,8 @@ class Doc:
             "",
             "| | this check | the paper's Sokoban run (`" + PAPER_CONFIG.as_posix() + "`) |",
             "|---|---|---|",
-            f"| policy | tiny Qwen2 built in code, {params / 1e6:.2f}M parameters, behaviour-cloned on the BFS expert "
+            f"| policy | {c.provenance['model'] if c.provenance else 'tiny Qwen2 built in code'}, "
+            f"{params / 1e6:.2f}M parameters, behaviour-cloned on the expert "
             f"({w.get('games')} rooms, {w.get('epochs')} epochs) | Qwen2.5-VL-3B-Instruct after Stage-1 SFT |"
             if params
             else "| policy | — | Qwen2.5-VL-3B-Instruct |",
