@@ -15,7 +15,6 @@ scale and a minimum), not the original bf16 checkpoint: close to it, not equal.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -23,6 +22,7 @@ import os
 import time
 from pathlib import Path
 
+from seedcli.artifacts import sha256_file
 from seedcli.errors import UserError
 
 PROVENANCE_FILE = "provenance.json"
@@ -62,14 +62,6 @@ def preset_gguf(preset: str) -> tuple[Path, dict[str, str]]:
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     return path, {**spec, "version": version}
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def gguf_architecture(path: Path) -> str:
