@@ -49,6 +49,14 @@ MEASURES = [
     ("actor/entropy", "policy entropy", "f3"),
     ("actor/kl", "KL(θ‖ref)", "e"),
 ]
+# the per-update curves (issue 26 §4): one PNG each, a line per arm
+CURVES = (
+    ("rollout/success_rate", "training success", "episodes solved"),
+    ("reward/mean", "reward", "mean episode reward"),
+    ("opd/valid_skill_frac", "episodes with a valid skill", "share"),
+    ("opd/gate_mean", "OPD gate mean", "σ(β·Δ)"),
+    ("opd/teacher_gap_mean", "teacher gap", "ℓ_skill − ℓ_θ"),
+)
 PHASES = ("rollout", "analyze", "rescore", "rescore_teacher", "rescore_contrast", "update", "step")
 
 
@@ -128,6 +136,26 @@ class Check:
                     self.results[(arm, seed)] = load_results(ev)
         ev = self.index.get("eval_warm")
         self.warm_result = load_results(ev) if ev and (Path(ev) / "results.json").exists() else None
+        # the Stage-1 sft model every arm starts from (a `stage1` section), and its own evaluation
+        ev = self.index.get("eval_start")
+        self.start_result = load_results(ev) if ev and (Path(ev) / "results.json").exists() else None
+        self.stage1 = {
+            step: self.manifest_metrics(step)
+            for step in ("collect_stage1", "collect_heldout", "annotate_stage1", "kept_before_sft", "sft_stage1",
+                         "kept_after_sft")
+            if self.index.get(step)
+        }
+
+    def manifest_metrics(self, step: str) -> dict:
+        """The metrics of the manifest.json of the run that `step` made ({} when it has none)."""
+        path = Path(self.index[step]) / "manifest.json"
+        return dict(json.loads(path.read_text()).get("metrics", {})) if path.exists() else {}
+
+    def start(self) -> tuple[str, dict | None]:
+        """The model every arm starts from: the Stage-1 sft model when there is one, else the warm start."""
+        if "sft_stage1" in self.index:
+            return "the Stage-1 sft model", self.start_result
+        return "the warm start", self.warm_result
 
     def plays(self, arm: str, seed: int) -> dict[str, tuple[tuple[str, ...], bool]] | None:
         """Each test room's (actions played, solved) in the eval of `arm`'s final model at `seed` (episodes.jsonl)."""
@@ -296,6 +324,78 @@ class Doc:
             "",
         )
 
+    def stage1(self) -> None:
+        st = self.c.stage1
+        if not st:
+            return
+        self.add("## 1b. Stage 1: the policy learns to write its own skills", "")
+        col, held = st.get("collect_stage1", {}), st.get("collect_heldout", {})
+        ann, sft = st.get("annotate_stage1", {}), st.get("sft_stage1", {})
+        a_cfg = self.c.config.get("annotate", {})
+        self.add(
+            f"The warm start plays {col.get('episodes', '?')} training episodes (solved "
+            f"{_fmt(col.get('success_rate', math.nan), 'pct')}); the `{a_cfg.get('analyzer', 'rules')}` "
+            f"analyzer writes a hindsight skill for {ann.get('annotate/kept', '?')} of its "
+            f"{ann.get('annotate/trajectories', '?')} trajectories (the paper used GLM-5.2, which no offline machine "
+            "reaches); `seed sft` teaches the clone to write that skill JSON. The policy analyzer's kept fraction "
+            "(skills that parse and pass the judge) is read on "
+            f"{held.get('episodes', '?')} held-out episodes of other training games, before and after the sft:",
+            "",
+            "| policy analyzer on held-out episodes | kept | kept fraction |",
+            "|---|--:|--:|",
+        )
+        for step, label in (("kept_before_sft", "the warm start"), ("kept_after_sft", "after the Stage-1 sft")):
+            m = st.get(step)
+            if m:
+                self.add(
+                    f"| {label} | {m.get('annotate/kept')}/{m.get('annotate/trajectories')} | "
+                    f"{_fmt(m.get('annotate/kept_fraction', math.nan), 'pct')} |"
+                )
+        self.add("")
+        if sft:
+            keys = [k for k in ("data/train_examples", "train/loss_first", "train/loss_final", "val/loss_before", "val/loss_after", "timing_s/sft") if k in sft]
+            if keys:
+                self.add("Sft: " + ", ".join(f"`{k}` {sft[k]}" for k in keys) + ".", "")
+
+    def gain(self) -> None:
+        """Each arm's gain over the model it started from, with the standard error of that difference."""
+        c = self.c
+        label, start = c.start()
+        if start is None or not c.results:
+            return
+        n0 = episodes_of(start)
+        p0 = float(start["micro_success"])
+        self.add(
+            "## 2b. Gain over the start",
+            "",
+            f"Every arm starts from {label}, which solves **{100 * p0:.1f}%** ({round(p0 * n0)}/{n0}) of the same "
+            "test games. Gain = the arm's mean over seeds − the start. Its standard error combines the start's "
+            "binomial error √(p₀(1−p₀)/n) with the seed mean's: the seeds' spread s/√k when there are two or more "
+            "seeds (training noise and evaluation noise together), else the one evaluation's binomial error.",
+            "",
+            "| arm | seeds | mean success | gain (points) | standard error | gain / SE |",
+            "|---|--:|--:|--:|--:|--:|",
+        )
+        for arm in c.arms:
+            vals = [v for v in (c.success(arm, s) for s in c.seeds) if v is not None]
+            if not vals:
+                continue
+            n = episodes_of(c.results[next(k for k in c.results if k[0] == arm)])
+            m = statistics.fmean(vals)
+            var_mean = statistics.variance(vals) / len(vals) if len(vals) > 1 else m * (1 - m) / n
+            se = math.sqrt(var_mean + p0 * (1 - p0) / n0)
+            g = m - p0
+            ratio = g / se if se > 0 else math.nan
+            self.readings.append(
+                f"{ARM_LABELS.get(arm, arm)} − start: {100 * g:+.1f} ± {100 * se:.1f} points over {len(vals)} seed(s) "
+                + ("(beyond twice its standard error)" if abs(ratio) > 2 else "(within twice its standard error)")
+            )
+            self.add(
+                f"| {ARM_LABELS.get(arm, arm)} | {len(vals)} | {100 * m:.1f}% | {100 * g:+.1f} | {100 * se:.1f} | "
+                f"{ratio:+.2f} |"
+            )
+        self.add("")
+
     def evals(self) -> None:
         c = self.c
         self.add("## 2. Test success per seed and arm", "")
@@ -439,26 +539,28 @@ class Doc:
             vals = [c.metrics[(a, s)][-1].get("rollout/success_rate") for s in c.seeds if (a, s) in c.metrics]
             last.append(_pm([v for v in vals if v is not None], "pct"))
         self.add("| training success, last update | " + " | ".join(last) + " |", "")
-        # one curve per arm: training success per update, mean over seeds
-        lines = []
-        for a in c.arms:
-            runs = [c.metrics[(a, s)] for s in c.seeds if (a, s) in c.metrics]
-            if not runs:
-                continue
-            steps = min(len(r) for r in runs)
-            xs = list(range(1, steps + 1))
-            ys = [statistics.fmean(r[i].get("rollout/success_rate", 0.0) for r in runs) for i in range(steps)]
-            lines.append((xs, ys, ARM_LABELS.get(a, a), None))
-        if lines:
-            self.fig_dir.mkdir(parents=True, exist_ok=True)
-            path = plot_lines(
-                lines,
-                self.fig_dir / "success.png",
-                title="training success per update (mean over seeds)",
-                xlabel="update",
-                ylabel="rooms solved",
-            )
-            self.add(f"![training success]({path.relative_to(self.out.parent).as_posix()})", "")
+        # one curve per arm and measure, per update, mean over seeds
+        figures = []
+        for key, title, ylabel in CURVES:
+            lines = []
+            for a in c.arms:
+                runs = [c.metrics[(a, s)] for s in c.seeds if (a, s) in c.metrics]
+                runs = [r for r in runs if any(isinstance(row.get(key), (int, float)) for row in r)]
+                if not runs:
+                    continue
+                steps = min(len(r) for r in runs)
+                xs = list(range(1, steps + 1))
+                ys = [statistics.fmean(float(r[i].get(key) or 0.0) for r in runs) for i in range(steps)]
+                lines.append((xs, ys, ARM_LABELS.get(a, a), None))
+            if lines:
+                self.fig_dir.mkdir(parents=True, exist_ok=True)
+                name = key.replace("/", "_") + ".png"
+                path = plot_lines(
+                    lines, self.fig_dir / name, title=f"{title} per update (mean over seeds)", xlabel="update",
+                    ylabel=ylabel,
+                )
+                figures.append(f"![{title}]({path.relative_to(self.out.parent).as_posix()})")
+        self.add(*(f for fig in figures for f in (fig, "")))
 
     def measures(self) -> None:
         c = self.c
@@ -573,7 +675,9 @@ class Doc:
         self.header()
         self.shrunk()
         self.warm_start()
+        self.stage1()
         self.evals()
+        self.gain()
         self.paired()
         self.divergence()
         self.training()

@@ -64,8 +64,9 @@ def preset_gguf(preset: str) -> tuple[Path, dict[str, str]]:
     return path, {**spec, "version": version}
 
 
-def gguf_architecture(path: Path) -> str:
-    """`general.architecture` of a GGUF file (a one-line error when it is not one or `gguf` is missing)."""
+def gguf_fields(path: Path) -> dict[str, str | None]:
+    """`general.architecture` and `general.license` of a GGUF file, from one read of its header (a one-line error
+    when it is not a model GGUF or `gguf` is missing)."""
     try:
         from gguf import GGUFReader
     except ImportError:
@@ -74,10 +75,20 @@ def gguf_architecture(path: Path) -> str:
         reader = GGUFReader(str(path))
     except Exception as exc:  # noqa: BLE001 - any parse failure is the same user error
         raise UserError(f"{path} is not a readable GGUF file ({type(exc).__name__}: {exc})") from None
-    field = reader.fields.get("general.architecture")
-    if field is None:
+
+    def text(key: str) -> str | None:
+        field = reader.fields.get(key)
+        return bytes(field.parts[field.data[0]]).decode() if field is not None else None
+
+    arch = text("general.architecture")
+    if arch is None:
         raise UserError(f"{path} has no general.architecture; it is not a model GGUF")
-    return bytes(field.parts[field.data[0]]).decode()
+    return {"architecture": arch, "license": text("general.license")}
+
+
+def gguf_architecture(path: Path) -> str:
+    """`general.architecture` of a GGUF file (see `gguf_fields`)."""
+    return str(gguf_fields(path)["architecture"])
 
 
 def import_gguf(
@@ -97,7 +108,8 @@ def import_gguf(
         raise UserError(f"--gguf {gguf_path}: no such file")
     if dtype not in ("float32", "bfloat16"):
         raise UserError(f"--dtype {dtype}: use float32 or bfloat16")
-    arch = gguf_architecture(path)
+    fields = gguf_fields(path)
+    arch = str(fields["architecture"])
     if arch not in SUPPORTED_ARCHITECTURES:
         raise UserError(
             f"{path.name} is a '{arch}' model; seed model import reads {', '.join(SUPPORTED_ARCHITECTURES)} GGUFs "
@@ -149,17 +161,10 @@ def import_gguf(
             }
         )
     else:
-        provenance.update({"package": None, "license": "see the GGUF's own licence (general.license)"})
-        provenance["license"] = _gguf_license(path) or provenance["license"]
+        licence = fields["license"] or "not stated in the GGUF (general.license); check where the file came from"
+        provenance.update({"package": None, "license": licence})
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
     return out
-
-
-def _gguf_license(path: Path) -> str | None:
-    from gguf import GGUFReader
-
-    field = GGUFReader(str(path)).fields.get("general.license")
-    return bytes(field.parts[field.data[0]]).decode() if field is not None else None
 
 
 def build_preset(preset: str, out_dir: str | os.PathLike, dtype: str = "float32") -> Path:

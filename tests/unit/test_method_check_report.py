@@ -115,3 +115,58 @@ def test_mean_std_is_the_sample_std(report):
     assert report.mean_std([1.0]) == (1.0, 0.0)
     m, s = report.mean_std([0.1, -0.1, 0.3])
     assert m == pytest.approx(0.1) and s == pytest.approx(0.2)
+
+
+def _stage(path: Path, metrics: dict) -> str:
+    path.mkdir(parents=True)
+    (path / "manifest.json").write_text(json.dumps({"metrics": metrics}))
+    return str(path)
+
+
+def test_report_gives_stage1_kept_fractions_and_the_gain_over_the_start(report, tmp_path):
+    runs = tmp_path / "runs"
+    config = tmp_path / "mc.yaml"
+    config.write_text(
+        "env: ezpoints\nmethod_check:\n  seeds: [0, 1]\n  arms:\n    grpo: '--algo grpo'\n    seed_self: '--algo seed'\n"
+        "annotate: {analyzer: rules}\neval: {limit: 100, temperature: 0.4}\n"
+    )
+    runs.mkdir()
+    (runs / "machine.json").write_text(json.dumps({"config": str(config), "jobs": 2}))
+    index = {
+        "collect_stage1": _stage(runs / "c1", {"episodes": 64, "success_rate": 0.25}),
+        "collect_heldout": _stage(runs / "c2", {"episodes": 16, "success_rate": 0.25}),
+        "annotate_stage1": _stage(runs / "a1", {"annotate/kept": 60, "annotate/trajectories": 64}),
+        "kept_before_sft": _stage(
+            runs / "k0", {"annotate/kept": 3, "annotate/trajectories": 16, "annotate/kept_fraction": 0.1875}
+        ),
+        "sft_stage1": _stage(runs / "s1", {"data/train_examples": 54, "val/loss_after": 0.5}),
+        "kept_after_sft": _stage(
+            runs / "k1", {"annotate/kept": 15, "annotate/trajectories": 16, "annotate/kept_fraction": 0.9375}
+        ),
+        "eval_start": _eval(runs / "eval" / "start", 15, 100),
+        "eval_warm": _eval(runs / "eval" / "warm", 14, 100),
+    }
+    for (arm, seed), w in {("grpo", 0): 20, ("grpo", 1): 30, ("seed_self", 0): 40, ("seed_self", 1): 44}.items():
+        index[f"eval_{arm}_s{seed}"] = _eval(runs / "eval" / f"{arm}{seed}", w, 100)
+        index[f"rl_{arm}_s{seed}"] = _rl(
+            runs / "rl" / f"{arm}{seed}",
+            [{"timing_s/step": 10.0, "rollout/turn_samples": 100, "rollout/success_rate": 0.1 * (k + 1),
+              "reward/mean": 0.2 * k, "opd/gate_mean": 0.5} for k in range(3)],
+        )  # fmt: skip
+    (runs / "index.json").write_text(json.dumps(index))
+    (runs / "commands.jsonl").write_text("")
+    out = tmp_path / "doc" / "method-check.md"
+    out.parent.mkdir()
+    text = report.Doc(report.Check(runs), out).write().read_text()
+    assert "| the warm start | 3/16 | 18.8% |" in text
+    assert "| after the Stage-1 sft | 15/16 | 93.8% |" in text
+    assert "writes a hindsight skill for 60 of its 64 trajectories" in text
+    # start 15/100; GRPO 20%, 30%: gain +10.0, se = sqrt(var(.2,.3)/2 + .15·.85/100) = sqrt(.0025 + .001275) = 6.1
+    assert "Every arm starts from the Stage-1 sft model, which solves **15.0%** (15/100)" in text
+    assert "| GRPO | 2 | 25.0% | +10.0 | 6.1 | +1.63 |" in text
+    # SEED 40%, 44%: gain +27.0, se = sqrt(.0008/2 + .001275) = 4.1, 27.0 / 4.09 = 6.60
+    assert "| SEED, self-analyzer | 2 | 42.0% | +27.0 | 4.1 | +6.60 |" in text
+    assert "GRPO − start: +10.0 ± 6.1 points over 2 seed(s) (within twice its standard error)" in text
+    # one PNG per curve that some run logged; the gate curve even though GRPO's rows carry it here too
+    figs = {p.name for p in (out.parent / "method-check").glob("*.png")}
+    assert figs == {"rollout_success_rate.png", "reward_mean.png", "opd_gate_mean.png"}
