@@ -57,6 +57,24 @@ CURVES = (
     ("opd/gate_mean", "OPD gate mean", "σ(β·Δ)"),
     ("opd/teacher_gap_mean", "teacher gap", "ℓ_skill − ℓ_θ"),
 )
+# the Stage-1 steps of scripts/method_check.sh whose manifest metrics the report reads
+STAGE1_STEPS = (
+    "collect_stage1",
+    "collect_heldout",
+    "annotate_stage1",
+    "kept_before_sft",
+    "sft_stage1",
+    "kept_after_sft",
+)
+# the Stage-1 sft's manifest metrics the report quotes
+SFT_KEYS = (
+    "data/train_examples",
+    "train/loss_first",
+    "train/loss_final",
+    "val/loss_before",
+    "val/loss_after",
+    "timing_s/sft",
+)
 PHASES = ("rollout", "analyze", "rescore", "rescore_teacher", "rescore_contrast", "update", "step")
 
 
@@ -139,12 +157,7 @@ class Check:
         # the Stage-1 sft model every arm starts from (a `stage1` section), and its own evaluation
         ev = self.index.get("eval_start")
         self.start_result = load_results(ev) if ev and (Path(ev) / "results.json").exists() else None
-        self.stage1 = {
-            step: self.manifest_metrics(step)
-            for step in ("collect_stage1", "collect_heldout", "annotate_stage1", "kept_before_sft", "sft_stage1",
-                         "kept_after_sft")
-            if self.index.get(step)
-        }
+        self.stage1 = {step: self.manifest_metrics(step) for step in STAGE1_STEPS if self.index.get(step)}
 
     def manifest_metrics(self, step: str) -> dict:
         """The metrics of the manifest.json of the run that `step` made ({} when it has none)."""
@@ -353,7 +366,7 @@ class Doc:
                 )
         self.add("")
         if sft:
-            keys = [k for k in ("data/train_examples", "train/loss_first", "train/loss_final", "val/loss_before", "val/loss_after", "timing_s/sft") if k in sft]
+            keys = [k for k in SFT_KEYS if k in sft]
             if keys:
                 self.add("Sft: " + ", ".join(f"`{k}` {sft[k]}" for k in keys) + ".", "")
 
@@ -556,7 +569,10 @@ class Doc:
                 self.fig_dir.mkdir(parents=True, exist_ok=True)
                 name = key.replace("/", "_") + ".png"
                 path = plot_lines(
-                    lines, self.fig_dir / name, title=f"{title} per update (mean over seeds)", xlabel="update",
+                    lines,
+                    self.fig_dir / name,
+                    title=f"{title} per update (mean over seeds)",
+                    xlabel="update",
                     ylabel=ylabel,
                 )
                 figures.append(f"![{title}]({path.relative_to(self.out.parent).as_posix()})")

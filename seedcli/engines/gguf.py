@@ -86,11 +86,6 @@ def gguf_fields(path: Path) -> dict[str, str | None]:
     return {"architecture": arch, "license": text("general.license")}
 
 
-def gguf_architecture(path: Path) -> str:
-    """`general.architecture` of a GGUF file (see `gguf_fields`)."""
-    return str(gguf_fields(path)["architecture"])
-
-
 def import_gguf(
     gguf_path: str | os.PathLike,
     out_dir: str | os.PathLike,

@@ -41,16 +41,29 @@ def _rl(path: Path, rows: list[dict]) -> str:
     return str(path)
 
 
-def test_report_computes_spreads_pairs_and_costs(report, tmp_path):
+def _check_dir(tmp_path: Path, config_text: str) -> Path:
+    """An empty method-check directory whose machine.json names a config holding `config_text`."""
     runs = tmp_path / "runs"
     config = tmp_path / "mc.yaml"
-    config.write_text(
-        "env: sokoban\nmethod_check:\n  seeds: [0, 1]\n  arms:\n    grpo: '--algo grpo'\n    seed: '--algo seed'\n"
-        "    seed_guarded: '--algo seed leak_guard=mask'\n"
-        "rl: {steps: 2}\neval: {limit: 100, temperature: 0.4, max_steps: 15}\n"
-    )
+    config.write_text(config_text)
     runs.mkdir()
     (runs / "machine.json").write_text(json.dumps({"config": str(config), "jobs": 2}))
+    return runs
+
+
+def _write_report(report, runs: Path, tmp_path: Path) -> str:
+    out = tmp_path / "doc" / "method-check.md"
+    out.parent.mkdir()
+    return report.Doc(report.Check(runs), out).write().read_text()
+
+
+def test_report_computes_spreads_pairs_and_costs(report, tmp_path):
+    runs = _check_dir(
+        tmp_path,
+        "env: sokoban\nmethod_check:\n  seeds: [0, 1]\n  arms:\n    grpo: '--algo grpo'\n    seed: '--algo seed'\n"
+        "    seed_guarded: '--algo seed leak_guard=mask'\n"
+        "rl: {steps: 2}\neval: {limit: 100, temperature: 0.4, max_steps: 15}\n",
+    )
     wins = {
         ("grpo", 0): 20,
         ("grpo", 1): 30,
@@ -80,9 +93,7 @@ def test_report_computes_spreads_pairs_and_costs(report, tmp_path):
         )
         + "\n"
     )
-    out = tmp_path / "doc" / "method-check.md"
-    out.parent.mkdir()
-    text = report.Doc(report.Check(runs), out).write().read_text()
+    text = _write_report(report, runs, tmp_path)
     # GRPO 20%, 30%: mean 25.0, sample std 7.1; SEED 40%, 44%: mean 42.0, std 2.8
     assert "| GRPO | 20.0% | 30.0% | 25.0 ± 7.1% |" in text
     assert "| SEED | 40.0% | 44.0% | 42.0 ± 2.8% |" in text
@@ -124,14 +135,11 @@ def _stage(path: Path, metrics: dict) -> str:
 
 
 def test_report_gives_stage1_kept_fractions_and_the_gain_over_the_start(report, tmp_path):
-    runs = tmp_path / "runs"
-    config = tmp_path / "mc.yaml"
-    config.write_text(
+    runs = _check_dir(
+        tmp_path,
         "env: ezpoints\nmethod_check:\n  seeds: [0, 1]\n  arms:\n    grpo: '--algo grpo'\n    seed_self: '--algo seed'\n"
-        "annotate: {analyzer: rules}\neval: {limit: 100, temperature: 0.4}\n"
+        "annotate: {analyzer: rules}\neval: {limit: 100, temperature: 0.4}\n",
     )
-    runs.mkdir()
-    (runs / "machine.json").write_text(json.dumps({"config": str(config), "jobs": 2}))
     index = {
         "collect_stage1": _stage(runs / "c1", {"episodes": 64, "success_rate": 0.25}),
         "collect_heldout": _stage(runs / "c2", {"episodes": 16, "success_rate": 0.25}),
@@ -155,9 +163,7 @@ def test_report_gives_stage1_kept_fractions_and_the_gain_over_the_start(report, 
         )  # fmt: skip
     (runs / "index.json").write_text(json.dumps(index))
     (runs / "commands.jsonl").write_text("")
-    out = tmp_path / "doc" / "method-check.md"
-    out.parent.mkdir()
-    text = report.Doc(report.Check(runs), out).write().read_text()
+    text = _write_report(report, runs, tmp_path)
     assert "| the warm start | 3/16 | 18.8% |" in text
     assert "| after the Stage-1 sft | 15/16 | 93.8% |" in text
     assert "writes a hindsight skill for 60 of its 64 trajectories" in text
@@ -168,5 +174,5 @@ def test_report_gives_stage1_kept_fractions_and_the_gain_over_the_start(report, 
     assert "| SEED, self-analyzer | 2 | 42.0% | +27.0 | 4.1 | +6.60 |" in text
     assert "GRPO − start: +10.0 ± 6.1 points over 2 seed(s) (within twice its standard error)" in text
     # one PNG per curve that some run logged; the gate curve even though GRPO's rows carry it here too
-    figs = {p.name for p in (out.parent / "method-check").glob("*.png")}
+    figs = {p.name for p in (tmp_path / "doc" / "method-check").glob("*.png")}
     assert figs == {"rollout_success_rate.png", "reward_mean.png", "opd_gate_mean.png"}
