@@ -102,7 +102,7 @@ def batch(tokenizer, rows: int, length: int, response: int):
 def bench_score(lm, compute, ids, attn, resp, reps: int) -> float:
     import torch
 
-    from seedcli.rl.trainer import Scorer
+    from seedcli.rl.logprobs import Scorer
 
     scorer = Scorer(lm, compute_dtype=compute)
 
@@ -116,7 +116,7 @@ def bench_score(lm, compute, ids, attn, resp, reps: int) -> float:
 def bench_update(lm, compute, ids, attn, resp, reps: int) -> float:
     import torch
 
-    from seedcli.rl.trainer import Scorer
+    from seedcli.rl.logprobs import Scorer
 
     scorer = Scorer(lm, compute_dtype=compute)
     opt = torch.optim.AdamW(lm.parameters(), lr=1e-7)

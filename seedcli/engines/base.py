@@ -9,7 +9,9 @@ picks one).
     [logps] = engine.score([ids], [completion.token_ids])       # == completion.logprobs up to float noise
 
 Log-probs are always raw: log_softmax of the model's logits at temperature 1, before temperature, top-p or any
-other sampling transform, so they are the π_old(token) that PPO ratios and OPD need.
+other sampling transform, so they are the π_old(token) that PPO ratios and OPD need. An engine that keeps its own copy
+of the weights reports them as `tensor_checksum`s (`VLLMEngine.weight_checksums`), which the trainer compares with its
+own after every refresh (`rl/weight_sync.py`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from seedcli.prompts import IMAGE_PLACEHOLDER
+
+if TYPE_CHECKING:
+    import torch
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 ENGINE_KINDS = ("hf", "vllm")
@@ -235,3 +240,25 @@ def completion_text(tokenizer: Any, token_ids: list[int], stop_ids: list[int]) -
     if token_ids and token_ids[-1] in stop_ids:
         token_ids = token_ids[:-1]
     return tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
+CHECKSUM_CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries (128 MB) on a 300M-element embedding
+
+
+def tensor_checksum(t: torch.Tensor) -> list[int]:
+    """[numel, Σ bits, Σ bits·(i mod 65521 + 1)] of the tensor's raw bits in its own dtype (wrapping int64): equal
+    checksums mean, with overwhelming probability, bit-identical tensors of the same dtype and shape order. Integer
+    arithmetic makes the result independent of device, chunking and summation order."""
+    import torch
+
+    int_view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    flat = t.detach().contiguous().reshape(-1)
+    bits = flat.view(int_view[flat.element_size()])
+    s1 = torch.zeros((), dtype=torch.int64, device=flat.device)
+    s2 = torch.zeros((), dtype=torch.int64, device=flat.device)
+    for start in range(0, bits.numel(), CHECKSUM_CHUNK):
+        chunk = bits[start : start + CHECKSUM_CHUNK].to(torch.int64)
+        weight = torch.arange(start, start + chunk.numel(), device=flat.device, dtype=torch.int64) % 65521 + 1
+        s1 += chunk.sum()
+        s2 += (chunk * weight).sum()
+    return [int(flat.numel()), int(s1.item()), int(s2.item())]

@@ -24,7 +24,8 @@ import os
 import random
 import tempfile
 import weakref
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from seedcli.engines.base import (
     Completion,
@@ -33,9 +34,13 @@ from seedcli.engines.base import (
     render_chat,
     split_at_stop,
     stop_token_ids,
+    tensor_checksum,
     vision_pad_ids,
 )
 from seedcli.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 # The vision tower's attention: vLLM 0.32 picks flash attention for Qwen2.5-VL (its head size 80 is accepted) when
 # nothing is forced; `vision_attention="TORCH_SDPA"` forces vLLM's SDPA wrapper, which synchronises and runs one small
@@ -77,9 +82,7 @@ def vision_engine_kwargs(
     return out
 
 
-def vllm_requests(
-    prompts: list[list[int]], images: list[list[Any]] | None = None, processor: Any = None
-) -> list[dict]:
+def vllm_requests(prompts: list[list[int]], images: list[list[Any]] | None = None, processor: Any = None) -> list[dict]:
     """vLLM token prompts; request i carries `images[i]` (uint8 H×W×3 arrays or PIL images, one per image
     placeholder of its prompt, in order) as `multi_modal_data`. The ids hold one image-pad token per image: vLLM
     expands it to the image's tokens itself. With `processor` (the trainer's image processor), each image is sent
@@ -92,6 +95,7 @@ def vllm_requests(
 
     if images is not None and len(images) != len(prompts):
         raise ValueError(f"generate got {len(prompts)} prompts but {len(images)} image lists")
+
     def picture(p: Any) -> Any:
         if processor is not None:
             return fit_image(p, processor)
@@ -165,7 +169,7 @@ class VLLMEngine:
         self.vision = is_vision_model(model_dir)
         self.suppress_ids: list[int] = []
         # a VLM's image processor, with the pixel bounds vLLM's gets too: the trainer scores with this one
-        # (`rl.phases.vision_processor`) and every image is sent at the size it resizes to (`vllm_requests`)
+        # (`rl.context.vision_processor`) and every image is sent at the size it resizes to (`vllm_requests`)
         self.image_processor: Any = None
         if self.vision:
             from seedcli.engines.vision import load_image_processor, with_max_pixels
@@ -376,11 +380,9 @@ class VLLMEngine:
             self.llm.llm_engine.reset_encoder_cache()
 
     def weight_checksums(self, names: list[str]) -> dict[str, list[int]]:
-        """Exact checksums (`engines.checksum.tensor_checksum`) of the engine's own copies of some weights, named as
-        in Hugging Face (fused q/k/v and gate/up are split back). A weight the engine stores in another layout (the
-        CPU backend's repacked GEMM weights) is left out; `checksum_names` picks ones it can read."""
-        from seedcli.engines.checksum import vllm_checksums
-
+        """Exact checksums (`engines.base.tensor_checksum`) of the engine's own copies of some weights, named as in
+        Hugging Face (fused q/k/v and gate/up are split back). A weight the engine stores in another layout (the CPU
+        backend's repacked GEMM weights) is left out; `rl.weight_sync.checksum_names` picks ones it can read."""
         return self.llm.apply_model(lambda model: vllm_checksums(model, names))[0]
 
     def _write_weights(self, state_dict: dict) -> str:
@@ -427,6 +429,85 @@ class VLLMEngine:
             self._weights_dir.cleanup()
             self._weights_dir = None
         gc.collect()
+
+
+# --------------------------------------------------------------------------------------------- weight checksums
+
+
+# Hugging Face name → (vLLM parameter name, which slice of the fused parameter holds it)
+def _fused(name: str) -> tuple[str, str | None]:
+    for part, fused in (("q_proj", "qkv_proj"), ("k_proj", "qkv_proj"), ("v_proj", "qkv_proj")):
+        if f".self_attn.{part}." in name:
+            return name.replace(part, fused), part
+    for part in ("gate_proj", "up_proj"):
+        if f".mlp.{part}." in name:
+            return name.replace(part, "gate_up_proj"), part
+    return name, None
+
+
+# A vision-language model (Qwen2.5-VL) keeps its text stack under `model.language_model.` and its vision tower under
+# `model.visual.` in transformers; vLLM names them `language_model.model.`, `visual.` and `language_model.lm_head.`.
+_VL_TO_VLLM = (
+    ("model.language_model.", "language_model.model."),
+    ("model.visual.", "visual."),
+    ("lm_head.", "language_model.lm_head."),
+)
+
+
+def vllm_name(name: str, vision: bool) -> str:
+    """vLLM's parameter name for a transformers name (the same for a text model)."""
+    if vision:
+        for hf, vl in _VL_TO_VLLM:
+            if name.startswith(hf):
+                return vl + name[len(hf) :]
+    return name
+
+
+def vllm_checksums(model: torch.nn.Module, names: Sequence[str]) -> dict[str, list[int]]:
+    """Runs inside the vLLM worker (`LLM.apply_model`): checksums of its own parameters under Hugging Face names.
+    Fused q/k/v and gate/up parameters are split at the sizes the model config gives; vocabulary padding is cut."""
+    params = dict(model.named_parameters())
+    cfg = _text_config(model)
+    vision = any(n.startswith("visual.") for n in params)
+    out: dict[str, list[int]] = {}
+    for name in names:
+        vname, part = _fused(vllm_name(name, vision))
+        p = params.get(vname)
+        if p is None:
+            continue
+        t = p.data
+        if t.numel() == 0:
+            continue  # the weight lives elsewhere in a kernel-specific form (vLLM CPU's repacked GEMM weights)
+        if part is not None:
+            sizes = _fused_sizes(cfg, part, name.endswith(".bias"))
+            if sizes is None or t.shape[0] != sum(sizes.values()):
+                continue  # another layout (tensor parallel shard, repacked): not comparable
+            start = 0
+            for key, size in sizes.items():
+                if key == part:
+                    t = t[start : start + size]
+                    break
+                start += size
+        elif name.endswith("embed_tokens.weight") or name.endswith("lm_head.weight"):
+            t = t[: cfg.vocab_size]
+        out[name] = tensor_checksum(t)
+    return out
+
+
+def _text_config(model: torch.nn.Module):
+    cfg = getattr(model, "config", None)
+    return getattr(cfg, "text_config", cfg) if cfg is not None else None
+
+
+def _fused_sizes(cfg, part: str, bias: bool) -> dict[str, int] | None:
+    if cfg is None:
+        return None
+    if part in ("q_proj", "k_proj", "v_proj"):
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        q = cfg.num_attention_heads * head_dim
+        kv = cfg.num_key_value_heads * head_dim
+        return {"q_proj": q, "k_proj": kv, "v_proj": kv}
+    return {"gate_proj": cfg.intermediate_size, "up_proj": cfg.intermediate_size}
 
 
 def _engine_dtype(dtype: str | None, model_dir: str | os.PathLike, on_cpu: bool) -> str:

@@ -1,21 +1,31 @@
-"""Log-probs and entropies of sampled tokens from a causal LM without a [B, T, vocab] fp32 tensor.
+"""Log-probs and entropies of sampled tokens from a causal LM without a [B, T, vocab] fp32 tensor: the numeric kernel
+of re-scoring (`rl/rescore.py`), of the update (`rl/optimize.py`) and of the weight-sync probe (`rl/weight_sync.py`).
 
 With Qwen2.5's 151,936-token vocabulary one fp32 [8, 1024, vocab] log-softmax is 5 GB, and re-scoring runs it
 three times per sample (old, skill, ref). Here logits are formed only at response positions, a chunk of tokens at
 a time, and upcast to fp32 one chunk at a time. Under autograd each chunk is recomputed in backward (saves the
 logits' memory, costs one more lm_head matmul per chunk) and its softmax gradient is written by hand, so peak
 memory is about 2 × chunk_tokens × vocab × 4 bytes whatever B × T is (bench/logprob_memory.py measures it).
+
+`Scorer` is a causal LM as that function (what DDP and FSDP wrap); `score_responses` scores (prompt, response) pairs
+with it, packed into micro-batches by length and right-padded only to the longest of each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["chunked_entropy", "pack_by_length", "selective_log_softmax", "sequence_logprobs"]
+from seedcli.precision import autocast
+from seedcli.rl.batching import VisionFn, pack_by_length, pad_right
+from seedcli.rl.samples import BLANK_IMAGE
+
+# A score function: (input_ids [B, T], attention_mask [B, T], response_mask [B, T]) → per-token log-probs [B, T];
+# a vision-language model's also takes `pixel_values=` and `image_grid_thw=` for the rows' images.
+ScoreFn = Callable[..., torch.Tensor]
 
 
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, chunk_rows: int = 1024) -> torch.Tensor:
@@ -165,19 +175,80 @@ def sequence_logprobs(
     return logp
 
 
-def pack_by_length(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Group sample indices into micro-batches of similar length with count × longest ≤ `max_tokens`.
+class Scorer(torch.nn.Module):
+    """A causal LM as `(input_ids, attention_mask, response_mask) → per-token log-probs [B, T]` (and entropies).
 
-    Longest first, greedily; a sample longer than `max_tokens` gets a batch of its own. Every index appears once.
-    """
-    if max_tokens <= 0:
-        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    for i in order:
-        # within a batch lengths only decrease, so its first sample is the longest
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
+    DDP and FSDP hook into a module's forward, and `sequence_logprobs` calls the decoder and lm_head separately;
+    routing it through this module's forward keeps gradient sync (DDP) and parameter gathering (FSDP) correct."""
+
+    def __init__(self, lm: torch.nn.Module, chunk_tokens: int = 1024, compute_dtype: torch.dtype | None = None):
+        super().__init__()
+        self.lm = lm
+        self.chunk_tokens = chunk_tokens
+        # bf16: the matmuls under autocast over the fp32 master weights (seedcli/precision.py); the log-softmax,
+        # entropy and everything the loss computes from the log-probs stay fp32 (the chunks upcast the logits)
+        self.compute_dtype = compute_dtype
+
+    def forward(self, input_ids, attention_mask, response_mask, with_entropy: bool = False, **vision):
+        with autocast(self.compute_dtype, input_ids.device):
+            return sequence_logprobs(
+                self.lm,
+                input_ids,
+                attention_mask,
+                response_mask,
+                with_entropy=with_entropy,
+                chunk_tokens=self.chunk_tokens,
+                vision=vision or None,
+            )
+
+
+@torch.no_grad()
+def score_responses(
+    score_fn: ScoreFn,
+    contexts: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    max_tokens: int,
+    pad_id: int,
+    device: torch.device | str = "cpu",
+    sync_count: Callable[[int], int] | None = None,
+    images: Sequence[list[str]] | None = None,
+    vision: VisionFn | None = None,
+    padding_ids: Sequence[int] | None = None,
+) -> list[torch.Tensor]:
+    """Log-prob of each response token given its prompt, for (prompt_ids, response_ids) pairs; returns one fp32
+    CPU tensor [R_i] per pair. Pairs are packed into micro-batches by length (count × longest ≤ `max_tokens`).
+    `images[i]` (with `vision`): pair i's image sha256s, whose pixels go to the score function with its batch.
+    `padding_ids` (with `vision`): the prompt of a padding forward, holding the tokens of one `BLANK_IMAGE`.
+
+    `sync_count(n)` → the largest n over all ranks: under FSDP every forward is a set of collectives, so a rank with
+    fewer micro-batches (or none) runs padding forwards until every rank has run the same number."""
+    out: list[torch.Tensor | None] = [None] * len(contexts)
+    lengths = [len(p) + len(r) for p, r in contexts]
+    batches = pack_by_length(lengths, max_tokens)
+    total = sync_count(len(batches)) if sync_count is not None else len(batches)
+    for batch in batches:
+        rows = [list(contexts[i][0]) + list(contexts[i][1]) for i in batch]
+        ids, attn = pad_right(rows, pad_id)
+        resp = torch.zeros_like(ids, dtype=torch.float32)  # [B, T]
+        for b, i in enumerate(batch):
+            p, r = len(contexts[i][0]), len(contexts[i][1])
+            resp[b, p : p + r] = 1
+        extra = {}
+        if vision is not None and images is not None and any(images[i] for i in batch):
+            extra = {k: v.to(device) for k, v in vision([list(images[i]) for i in batch]).items()}
+        logp = score_fn(ids.to(device), attn.to(device), resp.to(device), **extra).float().cpu()  # [B, T]
+        for b, i in enumerate(batch):
+            p, r = len(contexts[i][0]), len(contexts[i][1])
+            out[i] = logp[b, p : p + r].clone()
+    for _ in range(total - len(batches)):
+        # a padding forward that touches every parameter (lm_head included), like a real micro-batch
+        extra = {}
+        row = [pad_id, pad_id, pad_id]
+        if vision is not None and padding_ids is not None:  # the vision tower runs too, on a blank image
+            row = [*padding_ids, pad_id]
+            extra = {k: v.to(device) for k, v in vision([[BLANK_IMAGE]]).items()}
+        ids, attn = pad_right([row], pad_id)
+        resp = torch.zeros(ids.shape, dtype=torch.float32)
+        resp[0, -1] = 1.0
+        score_fn(ids.to(device), attn.to(device), resp.to(device), **extra)
+    return out  # type: ignore[return-value]

@@ -1,17 +1,18 @@
 """`seed rl`: GRPO + self-evolving on-policy distillation (DESIGN.md §1, Stage 2), one update repeated `--steps` times.
 
-One update (`update`, the paper's Algorithm 1), each phase one call:
-  roll out     π_old plays `batch_tasks` training games `group` times each (`roll_out`, seedcli.rollout)
-  analyse      π_old writes a hindsight skill for every finished episode, greedy (`rl.phases.analyse`)
+One update (`rl.update.update`, the paper's Algorithm 1), each phase one call:
+  roll out     π_old plays `batch_tasks` training games `group` times each (`_Rollout.play`, seedcli.rollout)
+  analyse      π_old writes a hindsight skill for every finished episode, greedy (`rl.analyse.analyse`)
   rescore      every turn's response tokens without gradient under the ordinary prompt (ℓ_old), the skill-augmented
                prompt (ℓ_skill) and the frozen starting model (ℓ_ref); group-normalised advantages of
-               `10·won − 0.1·invalid` (`rl.phases.rescore`)
-  update       one epoch of dual-clip PPO + k3 KL − entropy + λ_opd·OPD (`rl.phases.update_policy`)
+               `10·won − 0.1·invalid` (`rl.rescore.rescore`; the reward in `rl.samples.Reward`)
+  update       one epoch of dual-clip PPO + k3 KL − entropy + λ_opd·OPD (`rl.optimize.train_update`)
   refresh      the rollout engine gets the new weights and proves it, exact checksums and a fixed probe
-               (`rl.phases.refresh_and_prove`; the engine's life is in rl/engine_sync.py)
-  validate / checkpoint when due (`validate`, `rl.phases.save_update_checkpoint`)
-The stage hands the lower layers what they need of the environment (how a skill enters a prompt, its categories,
-its reward convention); nothing under rl/ imports an environment.
+               (`rl.weight_sync.WeightSync.refresh`)
+  validate / checkpoint when due (`validate`, `rl.checkpoint.save_checkpoint`)
+The stage hands the lower layers what they need of the environment once, as `rl.context.EnvHooks` (how a skill
+enters a prompt, its reward convention, its leak rule and rules analyzer) and `_Rollout` (how games are played);
+nothing under rl/ imports an environment.
 
 One GPU (vLLM rollouts colocated with FSDP training, sleep mode between phases):
     seed rl --config paper_qwen25_3b --from runs/sft/<id> --gpus 1
@@ -42,9 +43,30 @@ from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, open_run,
 from seedcli.config import RLConfig
 from seedcli.errors import UserError
 from seedcli.images import IMAGES_DIR, run_images
-from seedcli.rl.phases import Plan, RLContext, in_rollout_analysis, vision_processor
+from seedcli.rl.checkpoint import (
+    checkpoint_dtype,
+    latest_checkpoint,
+    load_optimizer_and_rng,
+    read_checkpoint_state,
+    save_checkpoint,
+    step_dir_name,
+)
+from seedcli.rl.context import (
+    EnvHooks,
+    Plan,
+    RLContext,
+    load_models,
+    load_rollout_engine,
+    update_seed,
+    vision_processor,
+)
+from seedcli.rl.optimize import NonFiniteGuard
 from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
+from seedcli.rl.samples import Reward
 from seedcli.rl.skill_library import SkillCategories, default_library_path, load_skill_library
+from seedcli.rl.update import update
+from seedcli.rl.weight_sync import ProbeCheck, WeightSync, make_probe, names_for_config
+from seedcli.rollout import EpisodeSpec, ModelPolicy, episode_metrics, play_episodes
 from seedcli.skill_leaks import find_leaks, leak_metrics
 
 DEFAULT_STATIC_SKILLS = REPO_ROOT / "data" / "static_skills.json"
@@ -126,7 +148,6 @@ def world_size(cfg: RLConfig) -> int:
 
 def run(cfg: RLConfig) -> Manifest:
     from seedcli.rl.distributed import launch, torchrun_command
-    from seedcli.rl.trainer import latest_checkpoint, read_checkpoint_state, step_dir_name
     from seedcli.stages.collect import make_env
 
     plan = resolve_plan(cfg)
@@ -225,9 +246,6 @@ def _follower_node(cfg: RLConfig, model_dir: Path, world: int) -> Manifest:
 def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     """The training loop on this process (rank); rank 0 writes metrics, samples, checkpoints and summary.json."""
     from seedcli.rl import distributed as D
-    from seedcli.rl.engine_sync import load_rollout_engine
-    from seedcli.rl.phases import load_models
-    from seedcli.rl.trainer import NonFiniteGuard, load_optimizer_and_rng
     from seedcli.stages.collect import make_env
 
     plan = resolve_plan(cfg)
@@ -257,9 +275,7 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
         if (run_dir / SAMPLES).exists():
             rewrite_records(run_dir / SAMPLES, read_records_upto(run_dir / SAMPLES, start_step))
     D.barrier(info)
-    ctx = _context(cfg, plan, info, engine, meta, models, env)
-    ctx.images = run_images(run_dir)  # observation images (visual environments), shared by the ranks of one node
-    ctx.run_dir = run_dir  # dump_analyses writes here
+    ctx = _context(cfg, plan, info, engine, meta, models, env, run_dir)
     loop = _TrainingLoop(ctx, sampler, val_games, guard, run_dir, start_step, timing_load)
     return loop.run(env)
 
@@ -271,7 +287,7 @@ class _TrainingLoop:
     ctx: RLContext
     sampler: Any
     val_games: list
-    guard: Any
+    guard: NonFiniteGuard
     run_dir: Path
     start_step: int
     timing_load: float
@@ -280,7 +296,6 @@ class _TrainingLoop:
         from seedcli.envs.pool import EnvPool
         from seedcli.progress import StageProgress
         from seedcli.rl import distributed as D
-        from seedcli.rl.phases import prove_start
 
         ctx, cfg, info = self.ctx, self.ctx.cfg, self.ctx.info
         sample_every = cfg.sample_every or cfg.val_every or 1
@@ -292,9 +307,10 @@ class _TrainingLoop:
             ):
                 progress.advance(self.start_step)
                 # before any update: a broken engine fails now, not after an hour of rollouts
-                prove_start(ctx, self.start_step)
+                ctx.sync.prove_start(self.start_step)
+                rollout = _Rollout(ctx, pool)
                 for step in range(self.start_step + 1, cfg.steps + 1):
-                    record = self.step(pool, step, want_sample=step % sample_every == 0)
+                    record = self.step(rollout, step, want_sample=step % sample_every == 0)
                     trained += 1
                     progress.advance(
                         1, reward=record["reward/mean"], success=record["rollout/success_rate"], opd=record["opd/loss"]
@@ -311,17 +327,17 @@ class _TrainingLoop:
             if finished:  # after a failure the other ranks may be gone: torchrun tears the group down
                 D.shutdown(info)
 
-    def step(self, pool, step: int, want_sample: bool) -> dict:
+    def step(self, rollout: _Rollout, step: int, want_sample: bool) -> dict:
         """One update, then validation and a checkpoint when due; rank 0 appends the logs. Returns the record."""
         ctx, cfg, info = self.ctx, self.ctx.cfg, self.ctx.info
         t_step = time.perf_counter()
-        record, sample = update(ctx, pool, self.sampler, step, want_sample)
+        record, sample = update(ctx, rollout, self.sampler, step, want_sample)
         if record["actor/skipped"] and info.is_main:
             print(f"[rl] warning: update {step} skipped: {record.get('actor/skip_cause')}", file=sys.stderr)
         self.guard.observe(step, bool(record["actor/skipped"]), record.get("actor/skip_cause"))
         if self.val_games and step % cfg.val_every == 0:
             t0 = time.perf_counter()
-            record.update(validate(ctx, pool, self.val_games, step))
+            record.update(validate(ctx, rollout.pool, self.val_games, step))
             record["timing_s/val"] = time.perf_counter() - t0
         record["timing_s/step"] = time.perf_counter() - t_step
         if step == self.start_step + 1:
@@ -335,106 +351,70 @@ class _TrainingLoop:
         return record
 
     def checkpoint(self, step: int, record: dict) -> None:
-        from seedcli.rl.phases import save_update_checkpoint
-
+        """`checkpoints/step_NNNNNN/` (every rank): the actor, optimizer, RNG states and the sampler position,
+        non-finite streak and the update's metrics."""
+        ctx, models = self.ctx, self.ctx.models
         t0 = time.perf_counter()
-        root = self.run_dir / CHECKPOINTS
         state = {
             "sampler": self.sampler.state_dict(),
             "nonfinite_streak": self.guard.streak,
             "metrics": {k: v for k, v in record.items() if isinstance(v, (int, float))},
         }
-        path = save_update_checkpoint(self.ctx, root, step, state)
-        if self.ctx.info.is_main:
+        path = save_checkpoint(
+            self.run_dir / CHECKPOINTS,
+            step,
+            lm=models.lm,
+            tokenizer=ctx.tokenizer,
+            optimizer=models.optimizer,
+            train_module=models.train_model,
+            info=ctx.info,
+            state=state,
+            keep=ctx.cfg.keep_checkpoints,
+            model_dtype=checkpoint_dtype(ctx.cfg, ctx.info),
+            processor=ctx.vision_processor,
+        )
+        if ctx.info.is_main:
             print(
                 f"[rl] update {step}: checkpoint {path} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True
             )
 
 
-# --------------------------------------------------------------------------------------------- one update
+# --------------------------------------------------------------------------------------------- the games
 
 
-def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple[dict, dict | None]:
-    """One update (the paper's Algorithm 1; DESIGN.md §1 Stage 2 steps 1-5 + weight refresh): returns the metrics
-    record and, on sampled updates, the samples.jsonl record (rank 0)."""
-    from seedcli.rl.engine_sync import sleep_engine
-    from seedcli.rl.phases import (
-        PhaseLog,
-        analyse,
-        gather_episodes,
-        opd_coef_at,
-        refresh_and_prove,
-        rescore,
-        sample_record,
-        update_metrics,
-        update_policy,
-        write_dumps,
-    )
-    from seedcli.rollout import episode_metrics
+@dataclasses.dataclass
+class _Rollout:
+    """How this rank plays the games of an update (`rl.update.Rollout`): seedcli.rollout over the environment pool."""
 
-    # λ_opd of this update: the plan's, or 0 outside opd_start/stop_after_steps (then no teacher pass either)
-    ctx.weights = dataclasses.replace(ctx.weights, opd_coef=opd_coef_at(ctx.cfg, ctx.plan.opd_coef, step))
-    log = PhaseLog(ctx.info)
-    with log.timed("rollout"):  # 1. π_old plays this rank's share of the games, `group` times each
-        games = sampler.next_batch()
-        mine = roll_out(ctx, pool, games, step)
-    log.memory("rollout")
-    with log.timed("analyze"):  # 2. π_old writes a hindsight skill per finished episode, or the static library
-        analyses: dict = {}  # the self-analyzer's parsed answers: step skills, prompts and answers for the dumps
-        skills, reasons = analyse(ctx, mine, step, analyses)
-    batch = gather_episodes(mine, skills, reasons, ctx.info, analyses, keep_text=ctx.cfg.dump_analyses)
-    log.memory("analyze")
-    sleep_engine(ctx.engine)  # vLLM: free the KV cache and weights for training; a no-op for the hf engine
-    log.memory("sleep")
-    with log.timed("rescore"):  # 3. ℓ_old, ℓ_skill and ℓ_ref of this rank's turn-samples, without gradient
-        scored = rescore(ctx, batch, step, want_sample)
-    log.memory("rescore")
-    write_dumps(ctx, step, batch, scored)  # dump_analyses: this update's analyses and teacher prompts (rank 0)
-    log.timing["rescore_teacher"] = scored.teacher_s
-    if ctx.cfg.opd_contrast != "none":  # the extra teacher pass under another episode's skill
-        log.timing["rescore_contrast"] = scored.contrast_s
-    with log.timed("update"):  # 4-5. group advantages; one epoch of PPO + KL − entropy + λ·OPD on θ
-        result = update_policy(ctx, scored)
-    log.memory("update")
-    with log.timed("sync"):  # π_old ← θ: refresh the rollout engine and prove it holds the new weights
-        sync = refresh_and_prove(ctx, step)
-    log.memory("refresh")
-    record = update_metrics(
-        ctx, step, epoch=sampler.epoch, games=len(games), batch=batch, episode_summary=episode_metrics(batch.episodes),
-        scored=scored, result=result, sync=sync, log=log,
-    )  # fmt: skip
-    return record, sample_record(ctx, step, batch, scored, result.metrics.get("actor/entropy_top20_threshold"))
+    ctx: RLContext
+    pool: Any
 
+    def play(self, games: list, step: int, followups: Any) -> list:
+        """This rank's episodes of the update: its share of `games`, `group` times each, played by π_old."""
+        ctx = self.ctx
+        cfg, info = ctx.cfg, ctx.info
+        ctx.models.lm.eval()
+        specs = [
+            EpisodeSpec(episode_id=f"u{step:04d}-g{gi:03d}-r{r:02d}", group_id=f"u{step:04d}-g{gi:03d}", game=game)
+            for gi, game in enumerate(games)
+            if gi % info.world == info.rank
+            for r in range(cfg.group)
+        ]
+        settings = dataclasses.replace(ctx.base_settings, seed=update_seed(cfg.seed, step, "rollout", info.rank))
+        mine: list = []
+        meta = {**ctx.meta, "model_hash": f"{ctx.meta.get('model_hash', '')[:16]}+update{step - 1}"}
+        policy = ModelPolicy(ctx.engine, settings, cfg.gen_batch)
+        play_episodes(specs, policy, self.pool, settings, meta, mine.append, images=ctx.images, followups=followups)
+        return mine
 
-def roll_out(ctx: RLContext, pool, games: list, step: int) -> list:
-    """This rank's episodes of the update: its share of `games`, `group` times each, played by π_old."""
-    from seedcli.rl.trainer import update_seed
-    from seedcli.rollout import EpisodeSpec, ModelPolicy, play_episodes
-
-    cfg, info = ctx.cfg, ctx.info
-    ctx.models.lm.eval()
-    specs = [
-        EpisodeSpec(episode_id=f"u{step:04d}-g{gi:03d}-r{r:02d}", group_id=f"u{step:04d}-g{gi:03d}", game=game)
-        for gi, game in enumerate(games)
-        if gi % info.world == info.rank
-        for r in range(cfg.group)
-    ]
-    settings = dataclasses.replace(ctx.base_settings, seed=update_seed(cfg.seed, step, "rollout", info.rank))
-    mine: list = []
-    meta = {**ctx.meta, "model_hash": f"{ctx.meta.get('model_hash', '')[:16]}+update{step - 1}"}
-    policy = ModelPolicy(ctx.engine, settings, cfg.gen_batch)
-    ctx.in_rollout_analysis = in_rollout_analysis(ctx, step, settings.rollout)
-    play_episodes(
-        specs, policy, pool, settings, meta, mine.append, images=ctx.images, followups=ctx.in_rollout_analysis
-    )
-    return mine
+    def summary(self, episodes) -> dict:
+        """Success by category, length and invalid rate of `episodes` (what collect and eval report too)."""
+        return episode_metrics(episodes)
 
 
 def validate(ctx: RLContext, pool, games: list, step: int) -> dict:
     """Success on a fixed, type-balanced sample of validation games (ordinary prompt, no skill), one episode each."""
     from seedcli.rl import distributed as D
-    from seedcli.rl.trainer import update_seed
-    from seedcli.rollout import EpisodeSpec, ModelPolicy, episode_metrics, play_episodes
 
     cfg, info = ctx.cfg, ctx.info
     ctx.models.lm.eval()
@@ -487,8 +467,6 @@ def _start_rank(cfg: RLConfig):
 
 def _resume_point(cfg: RLConfig, run_dir: Path) -> tuple[Path | None, dict]:
     """The checkpoint `--resume` continues from and its state ({} when starting fresh)."""
-    from seedcli.rl.trainer import latest_checkpoint, read_checkpoint_state
-
     ckpt = latest_checkpoint(run_dir / CHECKPOINTS) if cfg.resume else None
     state = read_checkpoint_state(ckpt) if ckpt else {}
     start_step = int(state.get("step", 0))
@@ -506,18 +484,14 @@ def _task_sampler(cfg: RLConfig, env, state: dict):
     return sampler
 
 
-def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -> RLContext:
-    """What the phases share; from the environment only how a skill enters its prompt and its reward convention."""
-    from seedcli.engines.checksum import names_for_config
-    from seedcli.rl.engine_sync import ProbeCheck, make_probe
-    from seedcli.rl.trainer import LossWeights
+def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env, run_dir: Path) -> RLContext:
+    """What the phases share; from the environment only how a skill enters its prompt, its reward convention, its
+    leak rule and its rules analyzer (`EnvHooks`)."""
+    from seedcli.precision import compute_dtype_name
     from seedcli.stages.collect import settings_from
 
-    weights = LossWeights(cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, plan.opd_coef, plan.opd_beta)
     # the probe's allowed drift beyond its calibration (a warning): float noise when both sides are fp32 (CPU, or a
     # shared model); looser for a bf16 engine (vLLM or hf) against a bf16 trainer (FSDP or autocast)
-    from seedcli.precision import compute_dtype_name
-
     fp32 = models.shared or (info.device.type == "cpu" and compute_dtype_name(cfg.dtype, info.device) == "float32")
     sync_tol = cfg.sync_tol or (1e-3 if fp32 else 0.05)
     tokenizer = engine.tokenizer
@@ -526,16 +500,22 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
     check_sync = ProbeCheck(
         engine, models.train_model, probe, tol=sync_tol, max_tokens=cfg.micro_batch_tokens, pad_id=pad_id, info=info
     )
-    return RLContext(
-        cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, models=models, weights=weights,
-        base_settings=settings_from(cfg), check_sync=check_sync,
+    sync = WeightSync(
+        engine, models.lm, info, shared=models.shared, check_sync=check_sync,
         checksum_names=names_for_config(models.lm.config, linear=not getattr(engine, "on_cpu", False)),
-        insert_skill=env.insert_skill, win_reward=env.success_reward, invalid_penalty=env.invalid_penalty,
-        insert_step_skill=env.insert_step_skill,
-        vision_processor=vision_processor(engine, models, meta),
+    )  # fmt: skip
+    hooks = EnvHooks(
+        insert_skill=env.insert_skill, insert_step_skill=env.insert_step_skill,
+        reward=Reward(env.success_reward, env.invalid_penalty),
         audit_skills=lambda episodes, skills: leak_metrics(env, episodes, skills),
         find_leaks=lambda episodes, skills: find_leaks(env, episodes, skills),
         rules_skill=env.rules_skill,
+    )  # fmt: skip
+    return RLContext(
+        cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, models=models, hooks=hooks, sync=sync,
+        base_settings=settings_from(cfg), vision_processor=vision_processor(engine, models, meta),
+        images=run_images(run_dir),  # observation images (visual environments), shared by the ranks of one node
+        run_dir=run_dir,  # dump_analyses writes here
     )  # fmt: skip
 
 

@@ -375,36 +375,28 @@ def analysis_examples(pairs: list[tuple[str, str]], tokenizer) -> list[tuple[lis
 
 def _batches(lengths: list[int], max_tokens: int, rng: random.Random) -> list[list[int]]:
     """Indices grouped by similar length (little padding), at most `max_tokens` padded tokens a batch, batch order
-    shuffled."""
+    shuffled: shortest first (ties in a seeded random order), packed by rl's packer."""
+    from seedcli.rl.batching import pack_in_order
+
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
-    batches, current, width = [], [], 0
-    for i in order:
-        w = max(width, lengths[i])
-        if current and w * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, w = [], lengths[i]
-        current.append(i)
-        width = w
-    if current:
-        batches.append(current)
+    batches = pack_in_order(order, lengths, max_tokens)
     rng.shuffle(batches)
     return batches
 
 
 def _collate(examples, idx, pad_id: int, prompt_weight: float):
+    """(ids [B, T], attention mask [B, T], loss weight of predicting token t [B, T]) of the examples `idx`, right-padded
+    to the longest: 1 on the response, `prompt_weight` on the prompt after its first token."""
     import torch
 
-    width = max(len(examples[i][0]) + len(examples[i][1]) for i in idx)
-    ids = torch.full((len(idx), width), pad_id, dtype=torch.long)  # [B, T]
-    attn = torch.zeros((len(idx), width), dtype=torch.long)
-    weight = torch.zeros((len(idx), width), dtype=torch.float32)  # loss weight of predicting token t
+    from seedcli.rl.batching import pad_right
+
+    ids, attn = pad_right([examples[i][0] + examples[i][1] for i in idx], pad_id)
+    weight = torch.zeros(ids.shape, dtype=torch.float32)
     for row, i in enumerate(idx):
         p, r = examples[i]
-        seq = p + r
-        ids[row, : len(seq)] = torch.tensor(seq)
-        attn[row, : len(seq)] = 1
         weight[row, 1 : len(p)] = prompt_weight
-        weight[row, len(p) : len(seq)] = 1.0
+        weight[row, len(p) : len(p) + len(r)] = 1.0
     return ids, attn, weight
 
 

@@ -99,7 +99,7 @@ def test_bf16_scorer_keeps_fp32_masters_and_fp32_loss_arithmetic(smollm2_dir):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from seedcli.rl.trainer import Scorer
+    from seedcli.rl.logprobs import Scorer
 
     torch.manual_seed(0)
     lm = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32)

@@ -35,8 +35,9 @@ def test_rescoring_sees_the_images(tiny_vl):
     from seedcli.envs import get_env
     from seedcli.envs.pool import EnvPool
     from seedcli.images import ImageStore
-    from seedcli.rl.rescoring import build_turn_samples, render_samples, rescore_samples
-    from seedcli.rl.trainer import Scorer
+    from seedcli.rl.logprobs import Scorer
+    from seedcli.rl.rescore import rescore_samples
+    from seedcli.rl.samples import build_turn_samples, render_samples
     from seedcli.rollout import EpisodeSpec, ModelPolicy, RolloutSettings, play_episodes
 
     env = get_env("sokoban", observation="image")

@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent(
         rank, world = dist.get_rank(), dist.get_world_size()
         from seedcli.config import RLConfig
         from seedcli.engines.vllm import VLLMEngine
-        from seedcli.rl.engine_sync import vllm_engine_kwargs
+        from seedcli.rl.context import vllm_engine_kwargs
 
         model = Path(sys.argv[1])
         kw = vllm_engine_kwargs(RLConfig(max_model_len=512), model, SimpleNamespace(device=torch.device("cpu"),

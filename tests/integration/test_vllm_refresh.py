@@ -31,10 +31,10 @@ SCRIPT = textwrap.dedent(
         model_dir, out_path = Path(sys.argv[1]), Path(sys.argv[2])
         torch.set_num_threads(1)
         from transformers import AutoModelForCausalLM
-        from seedcli.engines.checksum import checksum_names, trainer_checksums
+        from seedcli.rl.weight_sync import checksum_names, trainer_checksums
         from seedcli.engines.vllm import VLLMEngine
         from seedcli.rl import distributed as D
-        from seedcli.rl.engine_sync import WeightSyncError, check_checksums, engine_checksums
+        from seedcli.rl.weight_sync import WeightSyncError, check_checksums, engine_checksums
 
         engine = VLLMEngine(model_dir, max_model_len=512, max_num_seqs=4)
         lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

@@ -1,21 +1,29 @@
-"""Turn scores and GRPO group advantages against hand-computed values."""
+"""Turn scores, episode rewards and GRPO group advantages against hand-computed values."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from seedcli.rl.advantages import group_advantages, turn_scores
+from seedcli.rl.samples import Reward, group_advantages
 
 torch.set_num_threads(1)
 
 
 def test_turn_scores():
-    assert turn_scores(won=True, valid=True) == 10.0
-    assert turn_scores(won=True, valid=False) == pytest.approx(9.9)
-    assert turn_scores(won=False, valid=False) == pytest.approx(-0.1)
-    assert turn_scores(won=False, valid=True) == 0.0
-    assert turn_scores(won=True, valid=False, win_reward=1.0, invalid_penalty=0.5) == 0.5
+    reward = Reward()  # ALFWorld's convention: 10 for a win, 0.1 off per invalid turn
+    assert reward.turn(won=True, valid=True) == 10.0
+    assert reward.turn(won=True, valid=False) == pytest.approx(9.9)
+    assert reward.turn(won=False, valid=False) == pytest.approx(-0.1)
+    assert reward.turn(won=False, valid=True) == 0.0
+    assert Reward(win=1.0, invalid_penalty=0.5).turn(won=True, valid=False) == 0.5
+
+
+def test_episode_reward_counts_every_invalid_turn():
+    # the same rule as a turn's score: the episode's outcome minus the penalty per invalid turn
+    assert Reward().episode(SimpleNamespace(won=True, invalid_turns=3)) == pytest.approx(9.7)
+    assert Reward(win=1.0, invalid_penalty=0.01).episode(SimpleNamespace(won=False, invalid_turns=2)) == -0.02
 
 
 def test_group_advantages_by_hand():

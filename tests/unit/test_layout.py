@@ -153,3 +153,23 @@ def test_no_cycle_between_parts_of_the_package_even_through_lazy_imports():
     for m in modules():
         graph.setdefault(part(m), set()).update(part(t) for t in imports(m) if part(t) != part(m))
     assert _cycles(graph) == []
+
+
+def test_rl_modules_and_functions_stay_small():
+    # one room per idea in rl/ (issue 28): no module of rl/ over 600 lines, no function of rl/ or of the rl stage
+    # over 100 (def to end, decorators not counted)
+    max_module_lines, max_function_lines = 600, 100
+    rl_files = sorted((SEEDCLI / "rl").glob("*.py"))
+    long_modules = {}
+    long_functions = {}
+    for path in [*rl_files, SEEDCLI / "stages" / "rl.py"]:
+        text = path.read_text(encoding="utf-8")
+        name = str(path.relative_to(SEEDCLI.parent))
+        if path in rl_files and len(text.splitlines()) > max_module_lines:
+            long_modules[name] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > max_function_lines:
+                    long_functions[f"{name}: {node.name}"] = length
+    assert rl_files and not long_modules and not long_functions, (long_modules, long_functions)

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seedcli.rl.logprobs import chunked_entropy, pack_by_length, selective_log_softmax, sequence_logprobs
+from seedcli.rl.batching import pack_by_length
+from seedcli.rl.logprobs import chunked_entropy, selective_log_softmax, sequence_logprobs
 
 torch.set_num_threads(1)
 

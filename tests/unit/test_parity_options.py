@@ -17,10 +17,13 @@ from seedcli.config import RLConfig, build_config
 from seedcli.engines.base import Completion
 from seedcli.prompts import SCHEMA_REMINDER
 from seedcli.records import Trajectory, Turn
+from seedcli.rl.analyse import Batch, analyse, failed_only
+from seedcli.rl.context import EnvHooks, Plan, opd_coef_at
 from seedcli.rl.distributed import DistInfo
 from seedcli.rl.losses import opd_gate_stats
-from seedcli.rl.phases import Batch, PhaseLog, Plan, Rescored, analyse, failed_only, opd_coef_at, update_metrics
-from seedcli.rl.trainer import LossWeights, UpdateResult
+from seedcli.rl.metrics import PhaseLog, update_metrics
+from seedcli.rl.optimize import LossWeights, UpdateResult
+from seedcli.rl.rescore import Rescored
 
 torch.set_num_threads(1)
 
@@ -93,10 +96,7 @@ def test_failed_only_schedule():
 
 
 def _ctx(cfg: RLConfig, engine) -> SimpleNamespace:
-    return SimpleNamespace(
-        cfg=cfg, plan=Plan("self", None, 0.01, 5.0), engine=engine, info=DistInfo(), images=None,
-        in_rollout_analysis=None,
-    )  # fmt: skip
+    return SimpleNamespace(cfg=cfg, plan=Plan("self", None, 0.01, 5.0), engine=engine, info=DistInfo(), images=None)
 
 
 def test_analyze_failed_analyses_only_the_failed_episodes():
@@ -132,8 +132,8 @@ def test_rules_analyzer_writes_each_episodes_skill_from_its_trajectory():
 
     def ctx(cfg):
         return SimpleNamespace(
-            cfg=cfg, plan=resolve_plan(cfg), engine=engine, info=DistInfo(), images=None, in_rollout_analysis=None,
-            rules_skill=env.rules_skill,
+            cfg=cfg, plan=resolve_plan(cfg), engine=engine, info=DistInfo(), images=None,
+            hooks=EnvHooks(insert_skill=env.insert_skill, rules_skill=env.rules_skill),
         )  # fmt: skip
 
     cfg = RLConfig(analyzer="rules")
@@ -232,20 +232,20 @@ def test_update_metrics_reports_the_official_opd_names():
         SimpleNamespace(old_logp=torch.tensor([-1.0]), skill_logp=None),
         SimpleNamespace(old_logp=torch.tensor([-1.0]), skill_logp=torch.tensor([-0.9])),
     ]
-    scored = Rescored([sample], [], mine, {}, 0.0, 0.1, 3)
+    scored = Rescored([sample], [], mine, {}, 0.0, 0.1, 3, episode_rewards=[10.0, 0.0, 0.0])
     result = UpdateResult({"opd/delta_mean": 0.25, "opd/gate_mean": 0.6, "opd/token_frac": 0.5, "opd/loss": 0.0})
     ctx = SimpleNamespace(
-        info=info, plan=Plan("self", None, 0.01, 5.0), weights=LossWeights(opd_coef=0.01, opd_beta=5.0),
-        win_reward=10.0, invalid_penalty=0.1, cfg=RLConfig(),
-    )  # fmt: skip
+        info=info, plan=Plan("self", None, 0.01, 5.0), hooks=EnvHooks(insert_skill=lambda p, s: p), cfg=RLConfig()
+    )
     log = PhaseLog(info)
     log.timing.update({"rollout": 1.0, "rescore": 3.0, "rescore_teacher": 1.0, "rescore_contrast": 0.5})
     summary = {"success_rate": 1 / 3, "success_by_type": {}, "mean_length": 1.0, "invalid_rate": 0.0}
     record = update_metrics(
         ctx, 1, epoch=0, games=1, batch=batch, episode_summary=summary, scored=scored, result=result, sync={},
-        log=log,
+        log=log, weights=LossWeights(opd_coef=0.01, opd_beta=5.0),
     )  # fmt: skip
     assert record["opd/gate_active_frac"] == pytest.approx(2 / 3)
+    assert record["reward/mean"] == pytest.approx(10 / 3)  # the rewards rescore computed, not computed again
     assert record["opd/teacher_gap_mean"] == 0.25 and record["opd/delta_mean"] == 0.25  # the same quantity
     assert record["opd/gate_mean"] == 0.6 and record["opd/token_frac"] == 0.5  # kept as they were
     assert record["analyzer/skipped_success"] == 1

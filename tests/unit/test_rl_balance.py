@@ -10,9 +10,15 @@ import random
 import pytest
 
 from seedcli.config import build_config
-from seedcli.rl.logprobs import pack_by_length
-from seedcli.rl.rescoring import TurnSample
-from seedcli.rl.trainer import deal_by_tokens, minibatch_sizes, plan_micro_batches, plan_minibatches, rank_indices
+from seedcli.rl.batching import (
+    deal_by_tokens,
+    minibatch_sizes,
+    pack_by_length,
+    plan_micro_batches,
+    plan_minibatches,
+    rank_indices,
+)
+from seedcli.rl.samples import TurnSample
 
 # --------------------------------------------------------------------------------------------- mini-batch sizes
 

@@ -11,6 +11,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from seedcli.rl.batching import plan_minibatches, rank_indices
+from seedcli.rl.checkpoint import load_optimizer_and_rng, save_checkpoint
 from seedcli.rl.distributed import (
     DistInfo,
     all_gather_object,
@@ -20,16 +22,8 @@ from seedcli.rl.distributed import (
     torchrun_command,
     wrap_for_training,
 )
-from seedcli.rl.rescoring import score_responses
-from seedcli.rl.trainer import (
-    LossWeights,
-    Scorer,
-    load_optimizer_and_rng,
-    plan_minibatches,
-    rank_indices,
-    save_checkpoint,
-    train_update,
-)
+from seedcli.rl.logprobs import Scorer, score_responses
+from seedcli.rl.optimize import LossWeights, train_update
 
 torch.set_num_threads(1)
 transformers = pytest.importorskip("transformers")

@@ -13,21 +13,16 @@ import torch
 
 from seedcli.config import RLConfig
 from seedcli.records import Trajectory, Turn
+from seedcli.rl.analyse import GUARD_PLACEHOLDER, Batch, contrast_skills, guard_skills
+from seedcli.rl.batching import collate, plan_minibatches
+from seedcli.rl.context import EnvHooks, Plan
 from seedcli.rl.distributed import DistInfo
+from seedcli.rl.logprobs import Scorer
 from seedcli.rl.losses import high_entropy_push_frac, opd_gap, opd_harm_sums, opd_loss
-from seedcli.rl.phases import (
-    GUARD_PLACEHOLDER,
-    Batch,
-    PhaseLog,
-    Plan,
-    Rescored,
-    contrast_skills,
-    guard_skills,
-    rescore,
-    update_metrics,
-)
-from seedcli.rl.rescoring import TurnSample, build_turn_samples, rescore_samples
-from seedcli.rl.trainer import LossWeights, Scorer, UpdateResult, collate, plan_minibatches, train_update
+from seedcli.rl.metrics import PhaseLog, update_metrics
+from seedcli.rl.optimize import LossWeights, UpdateResult, train_update
+from seedcli.rl.rescore import Rescored, rescore, rescore_samples
+from seedcli.rl.samples import TurnSample, build_turn_samples
 from tests.helpers_models import tiny_lm
 
 torch.set_num_threads(1)
@@ -145,11 +140,12 @@ def test_rescore_phase_applies_the_guard_and_the_contrast_pass():
     cfg = RLConfig(leak_guard="mask", opd_contrast="shuffled", mini_batch=8, advantage_norm="mean_std")
     ctx = SimpleNamespace(
         cfg=cfg, info=DistInfo(), engine=CharEngine(), plan=Plan("static", None, 0.01, 5.0),
-        weights=LossWeights(opd_coef=0.01), insert_skill=lambda p, s: f"[{s}] {p}",
-        find_leaks=lambda e, s: leaks, models=SimpleNamespace(train_model=Scorer(lm), ref_model=None),
-        pad_id=0, vision_processor=None, padding_ids=lambda: None, win_reward=10.0, invalid_penalty=0.1,
+        hooks=EnvHooks(insert_skill=lambda p, s: f"[{s}] {p}", find_leaks=lambda e, s: leaks),
+        models=SimpleNamespace(train_model=Scorer(lm), ref_model=None),
+        pad_id=0, vision_processor=None, padding_ids=lambda: None,
     )  # fmt: skip
-    scored = rescore(ctx, Batch(eps, skills, [None] * 3), step=1, want_sample=False)
+    weights = LossWeights(opd_coef=0.01)
+    scored = rescore(ctx, Batch(eps, skills, [None] * 3), step=1, weights=weights)
     assert scored.leak_guarded == 1
     by_ep = {s.episode_index: s for s in scored.samples}
     assert by_ep[0].skill_prompt == f"[push {GUARD_PLACEHOLDER}] task e0 turn 0"
@@ -167,7 +163,7 @@ def test_rescore_phase_applies_the_guard_and_the_contrast_pass():
     assert "contrast" in scored.forwards
     # drop: the leaking episode has no skill prompt, so no OPD
     ctx.cfg = RLConfig(leak_guard="drop", mini_batch=8)
-    dropped = rescore(ctx, Batch(eps, skills, [None] * 3), step=1, want_sample=False)
+    dropped = rescore(ctx, Batch(eps, skills, [None] * 3), step=1, weights=weights)
     assert dropped.leak_guarded == 1
     assert [s.has_skill for s in sorted(dropped.samples, key=lambda s: s.episode_index)] == [False, True, True]
     assert all(s.contrast_prompt is None for s in dropped.samples)  # opd_contrast: none → no extra pass
@@ -226,13 +222,13 @@ def test_update_metrics_logs_leak_guarded_only_when_on():
     summary = {"success_rate": 0.0, "success_by_type": {}, "mean_length": 1.0, "invalid_rate": 0.0}
     for guard, expect in (("off", None), ("mask", 2)):
         ctx = SimpleNamespace(
-            info=info, plan=Plan("static", None, 0.01, 5.0), weights=LossWeights(), win_reward=10.0,
-            invalid_penalty=0.1, cfg=RLConfig(leak_guard=guard),
+            info=info, plan=Plan("static", None, 0.01, 5.0), hooks=EnvHooks(insert_skill=lambda p, s: p),
+            cfg=RLConfig(leak_guard=guard),
         )  # fmt: skip
         scored = Rescored([sample], [], [], {}, 0.0, 0.0, 0, leak_guarded=2)
         record = update_metrics(
             ctx, 1, epoch=0, games=1, batch=Batch(episodes, ["s"], [None]), episode_summary=summary, scored=scored,
-            result=UpdateResult({"opd/loss": 0.0}), sync={}, log=log,
+            result=UpdateResult({"opd/loss": 0.0}), sync={}, log=log, weights=LossWeights(),
         )  # fmt: skip
         assert record.get("skills/leak_guarded") == expect
 

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from seedcli.config import RLConfig
-from seedcli.engines.checksum import checksum_names, tensor_checksum, trainer_checksums
+from seedcli.engines.base import tensor_checksum
+from seedcli.rl.context import vllm_engine_kwargs
 from seedcli.rl.distributed import DistInfo
-from seedcli.rl.engine_sync import ProbeCheck, WeightSyncError, refresh_engine, vllm_engine_kwargs
+from seedcli.rl.weight_sync import ProbeCheck, WeightSync, WeightSyncError, checksum_names, trainer_checksums
 from seedcli.stages.rl import env_workers
 from tests.helpers_models import tiny_lm
 
@@ -49,10 +50,10 @@ class RecordingEngine:
 
 def refresh(lm, engine, step: int) -> dict[str, float]:
     names = checksum_names(lm.config.num_hidden_layers, linear=False)
-    return refresh_engine(
-        engine, lm, DistInfo(), step, shared=False, checksum_names=names,
+    return WeightSync(
+        engine, lm, DistInfo(), shared=False, checksum_names=names,
         check_sync=lambda step: {"sync/probe_mean_abs_diff": 0.0},
-    )  # fmt: skip
+    ).refresh(step)  # fmt: skip
 
 
 def nudge(lm, scale=1e-6):
@@ -148,13 +149,14 @@ def test_a_refresh_with_a_drifting_probe_goes_on_and_a_wrong_checksum_stops_it(c
     check = probe_check(ProbeEngine(0.0), ConstantScorer())
     check(0)
     check.engine.offset = 0.5
-    sync = refresh_engine(RecordingEngine(lm), lm, DistInfo(), 1, shared=False, checksum_names=names, check_sync=check)
+    weight_sync = WeightSync(RecordingEngine(lm), lm, DistInfo(), shared=False, checksum_names=names, check_sync=check)
+    sync = weight_sync.refresh(1)
     assert sync["sync/checksum_tensors"] >= 3 and sync["sync/probe_warn"] == 1.0
     assert "[rl] warning: update 1" in capsys.readouterr().err
     stale = RecordingEngine(lm, load=False)
     nudge(lm)
     with pytest.raises(WeightSyncError, match="exact checksum"):
-        refresh_engine(stale, lm, DistInfo(), 2, shared=False, checksum_names=names, check_sync=check)
+        WeightSync(stale, lm, DistInfo(), shared=False, checksum_names=names, check_sync=check).refresh(2)
 
 
 def test_checksum_is_exact_and_order_free():

@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor
 
 from seedcli.rl.distributed import DistInfo, iter_full_params, wrap_for_training
-from seedcli.rl.trainer import Scorer
+from seedcli.rl.logprobs import Scorer
 from tests.helpers_models import tiny_lm
 
 torch.set_num_threads(1)

@@ -11,9 +11,10 @@ from seedcli.envs import get_env
 from seedcli.envs.alfworld import render_agent_prompt
 from seedcli.prompts import SKILL_HEADING
 from seedcli.records import Trajectory, Turn
-from seedcli.rl.engine_sync import WeightSyncError, check_probe
-from seedcli.rl.rescoring import build_turn_samples, rescore_samples, score_responses
-from seedcli.rl.trainer import Scorer
+from seedcli.rl.logprobs import Scorer, score_responses
+from seedcli.rl.rescore import rescore_samples
+from seedcli.rl.samples import build_turn_samples
+from seedcli.rl.weight_sync import WeightSyncError, check_probe
 from tests.helpers_models import tiny_lm as helpers_tiny_lm
 
 torch.set_num_threads(1)

@@ -7,8 +7,7 @@ import pytest
 
 from seedcli.config import RLConfig, build_config
 from seedcli.errors import UserError
-from seedcli.rl.phases import choose_sample_episode
-from seedcli.rl.run_log import read_records_upto, rewrite_records
+from seedcli.rl.run_log import choose_sample_episode, read_records_upto, rewrite_records
 from seedcli.stages.rl import node_rank, resolve_plan, world_size
 
 

@@ -6,22 +6,13 @@ import random
 import pytest
 import torch
 
+from seedcli.rl.batching import collate, plan_minibatches, rank_indices
+from seedcli.rl.checkpoint import latest_checkpoint, load_optimizer_and_rng, read_checkpoint_state, save_checkpoint
 from seedcli.rl.distributed import DistInfo
-from seedcli.rl.rescoring import TurnSample, rescore_samples
-from seedcli.rl.trainer import (
-    LossWeights,
-    NonFiniteGuard,
-    Scorer,
-    TrainingStopped,
-    collate,
-    latest_checkpoint,
-    load_optimizer_and_rng,
-    plan_minibatches,
-    rank_indices,
-    read_checkpoint_state,
-    save_checkpoint,
-    train_update,
-)
+from seedcli.rl.logprobs import Scorer
+from seedcli.rl.optimize import LossWeights, NonFiniteGuard, TrainingStopped, train_update
+from seedcli.rl.rescore import rescore_samples
+from seedcli.rl.samples import TurnSample
 from tests.helpers_models import tiny_lm as helpers_tiny_lm
 
 torch.set_num_threads(1)

@@ -14,9 +14,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from seedcli.rl.batching import plan_micro_batches, plan_minibatches, rank_indices
 from seedcli.rl.distributed import DistInfo, full_state_dict, max_over_ranks, wrap_for_training, wrap_frozen
-from seedcli.rl.rescoring import TurnSample, rescore_samples
-from seedcli.rl.trainer import LossWeights, Scorer, plan_micro_batches, plan_minibatches, rank_indices, train_update
+from seedcli.rl.logprobs import Scorer
+from seedcli.rl.optimize import LossWeights, train_update
+from seedcli.rl.rescore import rescore_samples
+from seedcli.rl.samples import TurnSample
 from tests.helpers_models import tiny_lm
 
 torch.set_num_threads(1)
@@ -128,7 +131,7 @@ def test_bf16_checkpoint_keeps_fp32_master_weights_for_an_exact_resume(tmp_path)
 
     import transformers
 
-    from seedcli.rl.trainer import load_optimizer_and_rng, save_checkpoint
+    from seedcli.rl.checkpoint import load_optimizer_and_rng, save_checkpoint
 
     class Tok:
         def save_pretrained(self, path):

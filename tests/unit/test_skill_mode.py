@@ -38,20 +38,15 @@ from seedcli.prompts import (
     render_analysis_prompt,
 )
 from seedcli.records import Trajectory, Turn
+from seedcli.rl.analyse import Batch, analyse, gather_episodes, guard_step_skills
+from seedcli.rl.context import EnvHooks, Plan
 from seedcli.rl.distributed import DistInfo
-from seedcli.rl.phases import (
-    Batch,
-    Plan,
-    Rescored,
-    analyse,
-    gather_episodes,
-    guard_step_skills,
-    rescore,
-    step_skill_metrics,
-    write_dumps,
-)
-from seedcli.rl.rescoring import build_turn_samples
-from seedcli.rl.trainer import LossWeights, Scorer
+from seedcli.rl.logprobs import Scorer
+from seedcli.rl.metrics import step_skill_metrics
+from seedcli.rl.optimize import LossWeights
+from seedcli.rl.rescore import Rescored, rescore
+from seedcli.rl.run_log import write_dumps
+from seedcli.rl.samples import build_turn_samples
 from tests.helpers_models import tiny_lm
 
 torch.set_num_threads(1)
@@ -283,8 +278,7 @@ def test_lockstep_analysis_carries_step_skills_to_the_batch():
     good = answer(episode_skill=EPISODE_SKILL, step_skills={"2": STEP_SKILL, "7": "Out of range step advice here."})
     engine = ScriptedEngine(["not json", good])
     cfg = RLConfig(skill_mode="episode_step", max_step_skills=3)
-    ctx = SimpleNamespace(cfg=cfg, plan=Plan("self", None, 0.01, 5.0), engine=engine, info=DistInfo(), images=None,
-                          in_rollout_analysis=None)  # fmt: skip
+    ctx = SimpleNamespace(cfg=cfg, plan=Plan("self", None, 0.01, 5.0), engine=engine, info=DistInfo(), images=None)
     eps = [trajectory("e0"), trajectory("e1", turns=2)]
     analyses: dict = {}
     skills, reasons = analyse(ctx, eps, 1, analyses)
@@ -336,14 +330,14 @@ def test_rescore_scores_step_prompts_and_guards_step_skills():
         return [[(t.find("cabinet 4"), t.find("cabinet 4") + 9)] if t and "cabinet 4" in t else [] for t in texts]
 
     assert guard_step_skills(eps, batch.step_skills, leaks, "drop") == ([{0: STEP_SKILL}, None], 1)
+    hooks = EnvHooks(insert_skill=ALFWORLD.insert_skill, insert_step_skill=ALFWORLD.insert_step_skill, find_leaks=leaks)
     ctx = SimpleNamespace(
         cfg=RLConfig(skill_mode="step_only", leak_guard="drop", mini_batch=8), info=DistInfo(), engine=CharEngine(),
-        plan=Plan("self", None, 0.01, 5.0), weights=LossWeights(opd_coef=0.01), insert_skill=ALFWORLD.insert_skill,
-        insert_step_skill=ALFWORLD.insert_step_skill, find_leaks=leaks,
+        plan=Plan("self", None, 0.01, 5.0), hooks=hooks,
         models=SimpleNamespace(train_model=Scorer(tiny_lm(0, vocab=97)), ref_model=None), pad_id=0,
-        vision_processor=None, padding_ids=lambda: None, win_reward=10.0, invalid_penalty=0.1,
+        vision_processor=None, padding_ids=lambda: None,
     )  # fmt: skip
-    scored = rescore(ctx, batch, step=1, want_sample=False)
+    scored = rescore(ctx, batch, step=1, weights=LossWeights(opd_coef=0.01))
     assert scored.leak_guarded == 1
     with_skill = [(s.episode_index, s.turn_index) for s in scored.samples if s.has_skill]
     assert with_skill == [(0, 0)]  # only e0's first turn: its third turn's step skill leaked, e1 has none

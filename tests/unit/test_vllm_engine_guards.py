@@ -16,7 +16,7 @@ import torch
 from seedcli.config import RLConfig
 from seedcli.engines.vllm import VLLMBatcher, VLLMEngine
 from seedcli.errors import UserError
-from seedcli.rl.engine_sync import model_positions, vllm_engine_kwargs
+from seedcli.rl.context import model_positions, vllm_engine_kwargs
 
 torch.set_num_threads(1)
 CPU_ALONE = SimpleNamespace(device=torch.device("cpu"), world=1, rank=0)

