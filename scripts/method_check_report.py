@@ -23,7 +23,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seedcli.reporting import load_results, plot_lines, read_metrics  # noqa: E402
+from seedcli.report.plots import plot_lines, read_metrics  # noqa: E402
+from seedcli.report.results import load_results  # noqa: E402
 
 ARM_LABELS = {
     "grpo": "GRPO",

@@ -94,7 +94,7 @@ def skill_categories(env_name: str) -> SkillCategories:
 
 def resolve_start_model(cfg: RLConfig) -> tuple[Path, tuple[Path, Manifest] | None]:
     """The starting model (actor and frozen reference): --model DIR, or an sft run's model/."""
-    from seedcli.stages.collect import check_model_dir
+    from seedcli.stages.common import check_model_dir
 
     if cfg.model and cfg.from_run:
         raise UserError("pass either --from RUN (an sft run) or --model DIR, not both")
@@ -127,7 +127,7 @@ def world_size(cfg: RLConfig) -> int:
 def run(cfg: RLConfig) -> Manifest:
     from seedcli.rl.distributed import launch, torchrun_command
     from seedcli.rl.trainer import latest_checkpoint, read_checkpoint_state, step_dir_name
-    from seedcli.stages.collect import make_env
+    from seedcli.stages.common import make_env
 
     plan = resolve_plan(cfg)
     model_dir, source = resolve_start_model(cfg)
@@ -135,7 +135,7 @@ def run(cfg: RLConfig) -> Manifest:
     env = make_env(cfg)
     if not env.list_tasks(env.resolve_split(cfg.split)):  # missing data is a UserError here, before any launch
         raise UserError(f"no {cfg.split} tasks for {env.title}; check --data-root")
-    from seedcli.stages.collect import check_model_sees
+    from seedcli.stages.common import check_model_sees
 
     check_model_sees(env, model_dir, "--from" if source is not None else "--model")
     multi_node = bool(cfg.torchrun_args)
@@ -228,7 +228,7 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     from seedcli.rl.engine_sync import load_rollout_engine
     from seedcli.rl.phases import load_models
     from seedcli.rl.trainer import NonFiniteGuard, load_optimizer_and_rng
-    from seedcli.stages.collect import make_env
+    from seedcli.stages.common import make_env
 
     plan = resolve_plan(cfg)
     info = _start_rank(cfg)
@@ -511,7 +511,7 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env) -
     from seedcli.engines.checksum import names_for_config
     from seedcli.rl.engine_sync import ProbeCheck, make_probe
     from seedcli.rl.trainer import LossWeights
-    from seedcli.stages.collect import settings_from
+    from seedcli.stages.common import settings_from
 
     weights = LossWeights(cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, plan.opd_coef, plan.opd_beta)
     # the probe's allowed drift beyond its calibration (a warning): float noise when both sides are fp32 (CPU, or a

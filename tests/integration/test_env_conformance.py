@@ -188,7 +188,7 @@ def test_pool_with_workers_keeps_order(env, tasks):
 
 
 def test_collect_resumes_where_it_stopped(env, tasks, tmp_path):
-    from seedcli.stages.collect import play_to_file
+    from seedcli.stages.common import play_to_file
 
     cfg = EvalConfig(env=env.name, workers=0)
     specs = [EpisodeSpec(f"g{i:04d}-r00", f"g{i:04d}", task=t) for i, t in enumerate(tasks)]
