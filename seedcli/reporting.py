@@ -30,7 +30,7 @@ RESULTS_SCHEMA_VERSION = 2
 RESULTS = "results.json"
 METRICS = "metrics.jsonl"
 
-# ALFWorld's, kept for older callers; each environment declares its own (Environment.categories, .paper_results).
+# ALFWorld's, kept for older callers; each environment declares its own (Environment.categories, .card.paper_results).
 TASK_TYPES_ORDER = ["pick", "look", "clean", "heat", "cool", "pick_two"]
 TASK_TYPE_NAMES = {
     "pick": "Pick",
@@ -41,7 +41,7 @@ TASK_TYPE_NAMES = {
     "pick_two": "Pick Two",
 }
 PAPER_MODEL = "Qwen2.5-3B"
-PAPER_RESULTS: dict[str, dict[str, dict[str, float]]] = env_class("alfworld").paper_results
+PAPER_RESULTS: dict[str, dict[str, dict[str, float]]] = env_class("alfworld").card.paper_results
 
 # The paper's baseline rows on the text environments come from SDAR's paper (the authors confirmed it in the official
 # repository's issue #2), and the two papers ran ALFWorld with different episode lengths.
@@ -52,7 +52,7 @@ BASELINE_NOTE = (
 )
 ALFWORLD_STEPS_NOTE = " SDAR runs ALFWorld with 50 steps per episode, SEED with 30."
 
-# Metrics a results.json holds and how they are shown; environments pick theirs (`metric_labels`).
+# Metrics a results.json holds and how they are shown; environments pick theirs (`card.metric_labels`).
 _METRIC_KEYS = ("macro_success", "micro_success", "mean_score", "macro_score")
 
 # Training-curve families: (file stem, panel title, y label, [(series suffix, metric keys tried in order)]).
@@ -86,7 +86,7 @@ def canonical_split(split: str) -> str:
 def type_name(task_type: str, env: Environment | type[Environment] | None = None) -> str:
     """Display name of a category (ALFWorld task type by default)."""
     if env is not None:
-        return env.category_name(task_type)
+        return env.card.category_name(task_type)
     return TASK_TYPE_NAMES.get(task_type, task_type.replace("_", " ").title())
 
 
@@ -266,7 +266,7 @@ def _num(x: float | None, fmt: str = "{:.1f}") -> str:
 def partial_line(results: dict) -> str | None:
     """The warning for a result that does not cover the whole split, or None."""
     n, m = results.get("episodes", 0), results.get("expected_games", 0)
-    tasks = _plural(_env_of(results).task_noun)
+    tasks = _plural(_env_of(results).card.task_noun)
     if results.get("partial"):
         return f"Partial result: {n} of {m} {tasks} (--limit) — not comparable with the paper"
     if m and n < m:
@@ -293,7 +293,7 @@ def metric_text(results: dict, key: str) -> str:
 
 
 def _metric_label(key: str, env: type[Environment]) -> str:
-    return env.metric_labels.get(key) or key.replace("_", " ")
+    return env.card.metric_labels.get(key) or key.replace("_", " ")
 
 
 class _Measure(NamedTuple):
@@ -306,11 +306,11 @@ class _Measure(NamedTuple):
 def _measure(env: type[Environment]) -> _Measure:
     """How a comparison shows the environment's headline: ALFWorld success per task type and the macro average,
     WebShop score per category and over all goals, search exact match per data source and their average."""
-    headline = next(iter(env.metric_labels))
+    headline = next(iter(env.card.metric_labels))
     label = _metric_label(headline, env).split(" (")[0]
     if headline.endswith("_success"):
         return _Measure(headline, "success_rate", "Macro" if headline.startswith("macro") else "All", "success rate")
-    overall = "Average" if headline.startswith("macro") else f"All {_plural(env.task_noun)}"
+    overall = "Average" if headline.startswith("macro") else f"All {_plural(env.card.task_noun)}"
     return _Measure(headline, "mean_score", overall, label)
 
 
@@ -319,16 +319,16 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
     env = _env_of(results)
     split = results["split"]
     cats = results["categories"]
-    with_score = any(k.endswith("_score") for k in env.metric_labels)
+    with_score = any(k.endswith("_score") for k in env.card.metric_labels)
     # an environment that reports no success (search: exact match) shows its score alone, under its own name
-    with_success = any(k.endswith("_success") for k in env.metric_labels)
-    score_name = "Score" if with_success else _metric_label(next(iter(env.metric_labels)), env).split(" (")[0]
+    with_success = any(k.endswith("_success") for k in env.card.metric_labels)
+    score_name = "Score" if with_success else _metric_label(next(iter(env.card.metric_labels)), env).split(" (")[0]
     score_name = score_name[:1].upper() + score_name[1:]
-    noun = env.category_label
+    noun = env.card.category_label
     lines = [f"# {title}", ""]
     lines.append(
         f"- Environment: {env.title}; split: {split} ({results.get('episodes', 0)} of "
-        f"{results.get('expected_games', '?')} {_plural(env.task_noun)})"
+        f"{results.get('expected_games', '?')} {_plural(env.card.task_noun)})"
     )
     lines.append(f"- Model: {model_desc}")
     lines += setup_lines(results)
@@ -341,7 +341,7 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
     heading = "Success" if with_success or not with_score else score_name
     if with_score and with_success:
         heading = f"{score_name} and success"  # WebShop: the score is the headline, success beside it
-    headline = next(iter(env.metric_labels))
+    headline = next(iter(env.card.metric_labels))
 
     def cell(key: str, text: str) -> str:
         return f" **{text}** |" if key == headline else f" {text} |"
@@ -350,7 +350,7 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
         "",
         f"## {heading} by {noun}",
         "",
-        f"| {noun.capitalize()} | {_plural(env.task_noun).capitalize()} | Wins |{success_head}{score_head}",
+        f"| {noun.capitalize()} | {_plural(env.card.task_noun).capitalize()} | Wins |{success_head}{score_head}",
         f"|---|--:|--:|{success_rule}{score_rule}",
     ]
     for t, row in cats.items():
@@ -375,16 +375,16 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
     )
     lines += [
         "",
-        f"Macro = mean over the {results.get('macro_types', '?')} {_plural(noun)} that had {_plural(env.task_noun)}; "
-        f"micro = all {_plural(env.task_noun)} pooled"
+        f"Macro = mean over the {results.get('macro_types', '?')} {_plural(noun)} that had {_plural(env.card.task_noun)}; "
+        f"micro = all {_plural(env.card.task_noun)} pooled"
         + (f"; {score_name.lower()} = mean reward in [0, 100]" if with_score else "")
         + f". Headline: {_metric_label(headline, env)}.",
     ]
 
-    paper = env.paper_results.get(split)
-    lines += ["", f"## Paper ({env.paper_model}, DESIGN.md §1)", ""]
+    paper = env.card.paper_results.get(split)
+    lines += ["", f"## Paper ({env.card.paper_model}, DESIGN.md §1)", ""]
     if paper:
-        keys = [k for k in env.metric_labels if any(k in row for row in paper.values())]
+        keys = [k for k in env.card.metric_labels if any(k in row for row in paper.values())]
         lines += [
             "| Method | " + " | ".join(f"{_metric_label(k, env).capitalize()} ({split})" for k in keys) + " |",
             "|---|" + "--:|" * len(keys),
@@ -394,14 +394,14 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
         for method, row in paper.items():
             cells = " | ".join(_metric_cell(row, k) if k in row else "—" for k in keys)
             lines.append(f"| {method} (paper) | {cells} |")
-        lines += ["", env.paper_note]
+        lines += ["", env.card.paper_note]
         if env.name in SDAR_SHARED_ENVS and any(method != "SEED" for method in paper):
             lines += ["", BASELINE_NOTE + (ALFWORLD_STEPS_NOTE if env.name == "alfworld" else "")]
     else:
-        known = ", ".join(env.paper_results) or "none"
+        known = ", ".join(env.card.paper_results) or "none"
         lines.append(f"The paper reports no {env.title} numbers for split `{split}` (only {known}).")
-    if env.offline_note and not _options(results).get("search_url"):
-        lines += ["", env.offline_note]  # it speaks of the offline corpus, which a search_url run did not use
+    if env.card.offline_note and not _options(results).get("search_url"):
+        lines += ["", env.card.offline_note]  # it speaks of the offline corpus, which a search_url run did not use
 
     invalid = results.get("invalid_turns")
     turns = results.get("turns")
@@ -494,13 +494,13 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
         else:
             row(name, cells)
 
-    if any(k.endswith("_success") for k in env.metric_labels):
+    if any(k.endswith("_success") for k in env.card.metric_labels):
         bold("macro_success", "Macro", [_pct(r["macro_success"]) for _, r in results_list])
         bold("micro_success", "Micro", [_pct(r.get("micro_success")) for _, r in results_list])
-        if "mean_score" in env.metric_labels:
+        if "mean_score" in env.card.metric_labels:
             bold("mean_score", "Score", [_metric_cell(r, "mean_score") for _, r in results_list])
     else:  # search: exact match is the only measure; one row per way of averaging it
-        for key in env.metric_labels:
+        for key in env.card.metric_labels:
             name = _metric_label(key, env)
             bold(key, name[:1].upper() + name[1:], [_metric_cell(r, key) for _, r in results_list])
     row("Mean length", [_num(r.get("mean_episode_length")) for _, r in results_list])
@@ -514,10 +514,10 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
         warn = partial_line(r)
         if warn:
             notes.append(f"{label}: {warn}.")
-    if len(splits) == 1 and (paper := env.paper_results.get(next(iter(splits)))):
-        headline = next(iter(env.metric_labels))
+    if len(splits) == 1 and (paper := env.card.paper_results.get(next(iter(splits)))):
+        headline = next(iter(env.card.metric_labels))
         paper_str = ", ".join(f"{m} {_metric_cell(v, headline)}" for m, v in paper.items() if headline in v)
-        notes.append(f"Paper {_metric_label(headline, env)} ({env.paper_model}, DESIGN.md §1): {paper_str}.")
+        notes.append(f"Paper {_metric_label(headline, env)} ({env.card.paper_model}, DESIGN.md §1): {paper_str}.")
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     lines.append("")
@@ -568,9 +568,9 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
     bars = ax.bar(names, heights, color=colors)
     rows = [results["categories"][t] for t in types]
     labels = [f"{r['wins']}/{r['games']}" if r["games"] else "none" for r in rows] + [_pct(rates[-1])]
-    with_success = any(k.endswith("_success") for k in env.metric_labels)
+    with_success = any(k.endswith("_success") for k in env.card.metric_labels)
     scores: list[float | None] = [None] * len(names)
-    if "mean_score" in env.metric_labels and with_success:
+    if "mean_score" in env.card.metric_labels and with_success:
         scores = [results["categories"][t].get("mean_score") for t in types] + [results.get("macro_score")]
         ax.plot(
             range(len(names)),
@@ -597,13 +597,13 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
     if any(x is not None for x in scores):
         ax.set_ylim(0, 1.15)  # room for a label above a score mark at 100%
     # success and score are one number where the env reports no success (search: exact match, 0 or 1)
-    measure = "success" if with_success else _metric_label(next(iter(env.metric_labels)), env).split(" (")[0]
+    measure = "success" if with_success else _metric_label(next(iter(env.card.metric_labels)), env).split(" (")[0]
     ax.set_ylabel(measure if with_success else measure + " (= success)")
     if len(names) > 8:
         ax.tick_params(axis="x", labelrotation=45, labelsize=7)
-    title = f"{env.title}: {measure} by {env.category_label} — {results['split']}"
+    title = f"{env.title}: {measure} by {env.card.category_label} — {results['split']}"
     if partial_line(results):
-        played = f"{results.get('episodes', 0)} of {results.get('expected_games', '?')} {_plural(env.task_noun)}"
+        played = f"{results.get('episodes', 0)} of {results.get('expected_games', '?')} {_plural(env.card.task_noun)}"
         title += f"\nPARTIAL: {played}"
     ax.set_title(title)
     return _save_png(fig, path)
@@ -646,7 +646,7 @@ def plot_compare(results_list: list[tuple[str, dict]], path: Path) -> Path:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{100 * v:.0f}"))
     ax.set_ylabel(measure.axis)
     splits = sorted({r["split"] for _, r in results_list})
-    title = f"{env.title}: {measure.axis.removesuffix(' rate')} by {env.category_label} — {', '.join(splits)}"
+    title = f"{env.title}: {measure.axis.removesuffix(' rate')} by {env.card.category_label} — {', '.join(splits)}"
     if any(partial_line(r) for _, r in results_list):
         title += " (PARTIAL runs marked)"
     ax.set_title(title)
