@@ -23,11 +23,11 @@ class Measure(NamedTuple):
 def headline_measure(env: type[Environment]) -> Measure:
     """How a comparison shows the environment's headline: ALFWorld success per task type and the macro average,
     WebShop score per category and over all goals, search exact match per data source and their average."""
-    headline = next(iter(env.metric_labels))
+    headline = next(iter(env.card.metric_labels))
     label = metric_label(headline, env).split(" (")[0]
     if headline.endswith("_success"):
         return Measure(headline, "success_rate", "Macro" if headline.startswith("macro") else "All", "success rate")
-    overall = "Average" if headline.startswith("macro") else f"All {plural(env.task_noun)}"
+    overall = "Average" if headline.startswith("macro") else f"All {plural(env.card.task_noun)}"
     return Measure(headline, "mean_score", overall, label)
 
 
@@ -77,13 +77,13 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
         else:
             row(name, cells)
 
-    if any(k.endswith("_success") for k in env.metric_labels):
+    if any(k.endswith("_success") for k in env.card.metric_labels):
         bold("macro_success", "Macro", [pct(r["macro_success"]) for _, r in results_list])
         bold("micro_success", "Micro", [pct(r.get("micro_success")) for _, r in results_list])
-        if "mean_score" in env.metric_labels:
+        if "mean_score" in env.card.metric_labels:
             bold("mean_score", "Score", [metric_text(r, "mean_score") for _, r in results_list])
     else:  # search: exact match is the only measure; one row per way of averaging it
-        for key in env.metric_labels:
+        for key in env.card.metric_labels:
             name = metric_label(key, env)
             bold(key, name[:1].upper() + name[1:], [metric_text(r, key) for _, r in results_list])
     row("Mean length", [num(r.get("mean_episode_length")) for _, r in results_list])
@@ -97,10 +97,10 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
         warn = partial_line(r)
         if warn:
             notes.append(f"{label}: {warn}.")
-    if len(splits) == 1 and (paper := env.paper_results.get(next(iter(splits)))):
-        headline = next(iter(env.metric_labels))
+    if len(splits) == 1 and (paper := env.card.paper_results.get(next(iter(splits)))):
+        headline = next(iter(env.card.metric_labels))
         paper_str = ", ".join(f"{m} {metric_text(v, headline)}" for m, v in paper.items() if headline in v)
-        notes.append(f"Paper {metric_label(headline, env)} ({env.paper_model}, DESIGN.md §1): {paper_str}.")
+        notes.append(f"Paper {metric_label(headline, env)} ({env.card.paper_model}, DESIGN.md §1): {paper_str}.")
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     lines.append("")

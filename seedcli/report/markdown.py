@@ -17,7 +17,7 @@ ALFWORLD_STEPS_NOTE = " SDAR runs ALFWorld with 50 steps per episode, SEED with 
 
 def type_name(task_type: str, env: Environment | type[Environment]) -> str:
     """Display name of one of the environment's categories."""
-    return env.category_name(task_type)
+    return env.card.category_name(task_type)
 
 
 def describe_model(results: dict) -> str:
@@ -61,7 +61,7 @@ def num(x: float | None, fmt: str = "{:.1f}") -> str:
 def partial_line(results: dict) -> str | None:
     """The warning for a result that does not cover the whole split, or None."""
     n, m = results.get("episodes", 0), results.get("expected_games", 0)
-    tasks = plural(env_of(results).task_noun)
+    tasks = plural(env_of(results).card.task_noun)
     if results.get("partial"):
         return f"Partial result: {n} of {m} {tasks} (--limit) — not comparable with the paper"
     if m and n < m:
@@ -87,7 +87,7 @@ def metric_text(results: dict, key: str) -> str:
 
 def metric_label(key: str, env: type[Environment]) -> str:
     """The environment's name for a results.json metric ("macro success", "exact match (all questions)")."""
-    return env.metric_labels.get(key) or key.replace("_", " ")
+    return env.card.metric_labels.get(key) or key.replace("_", " ")
 
 
 def render_report(results: dict, *, title: str, model_desc: str, run_id: str) -> str:
@@ -97,7 +97,7 @@ def render_report(results: dict, *, title: str, model_desc: str, run_id: str) ->
     lines = [f"# {title}", ""]
     lines.append(
         f"- Environment: {env.title}; split: {split} ({results.get('episodes', 0)} of "
-        f"{results.get('expected_games', '?')} {plural(env.task_noun)})"
+        f"{results.get('expected_games', '?')} {plural(env.card.task_noun)})"
     )
     lines.append(f"- Model: {model_desc}")
     lines += setup_lines(results)
@@ -115,18 +115,18 @@ def _category_table(results: dict, env: type[Environment]) -> list[str]:
     """report.md's table: a row per category the run played, the macro and micro averages (the environment's
     headline in bold), and a line on what they mean."""
     cats = results["categories"]
-    with_score = any(k.endswith("_score") for k in env.metric_labels)
+    with_score = any(k.endswith("_score") for k in env.card.metric_labels)
     # an environment that reports no success (search: exact match) shows its score alone, under its own name
-    with_success = any(k.endswith("_success") for k in env.metric_labels)
-    score_name = "Score" if with_success else metric_label(next(iter(env.metric_labels)), env).split(" (")[0]
+    with_success = any(k.endswith("_success") for k in env.card.metric_labels)
+    score_name = "Score" if with_success else metric_label(next(iter(env.card.metric_labels)), env).split(" (")[0]
     score_name = score_name[:1].upper() + score_name[1:]
-    noun = env.category_label
+    noun = env.card.category_label
     score_head, score_rule = (f" {score_name} |", "--:|") if with_score else ("", "")
     success_head, success_rule = (" Success |", "--:|") if with_success or not with_score else ("", "")
     heading = "Success" if with_success or not with_score else score_name
     if with_score and with_success:
         heading = f"{score_name} and success"  # WebShop: the score is the headline, success beside it
-    headline = next(iter(env.metric_labels))
+    headline = next(iter(env.card.metric_labels))
 
     def cell(key: str, text: str) -> str:
         return f" **{text}** |" if key == headline else f" {text} |"
@@ -135,7 +135,7 @@ def _category_table(results: dict, env: type[Environment]) -> list[str]:
         "",
         f"## {heading} by {noun}",
         "",
-        f"| {noun.capitalize()} | {plural(env.task_noun).capitalize()} | Wins |{success_head}{score_head}",
+        f"| {noun.capitalize()} | {plural(env.card.task_noun).capitalize()} | Wins |{success_head}{score_head}",
         f"|---|--:|--:|{success_rule}{score_rule}",
     ]
     for t, row in cats.items():
@@ -160,8 +160,8 @@ def _category_table(results: dict, env: type[Environment]) -> list[str]:
     )
     lines += [
         "",
-        f"Macro = mean over the {results.get('macro_types', '?')} {plural(noun)} that had {plural(env.task_noun)}; "
-        f"micro = all {plural(env.task_noun)} pooled"
+        f"Macro = mean over the {results.get('macro_types', '?')} {plural(noun)} that had {plural(env.card.task_noun)}; "
+        f"micro = all {plural(env.card.task_noun)} pooled"
         + (f"; {score_name.lower()} = mean reward in [0, 100]" if with_score else "")
         + f". Headline: {metric_label(headline, env)}.",
     ]
@@ -171,10 +171,10 @@ def _category_table(results: dict, env: type[Environment]) -> list[str]:
 def _paper_section(results: dict, env: type[Environment], *, partial: bool) -> list[str]:
     """report.md's paper section: this run's headline metrics beside the paper's, and the notes on them."""
     split = results["split"]
-    paper = env.paper_results.get(split)
-    lines = ["", f"## Paper ({env.paper_model}, DESIGN.md §1)", ""]
+    paper = env.card.paper_results.get(split)
+    lines = ["", f"## Paper ({env.card.paper_model}, DESIGN.md §1)", ""]
     if paper:
-        keys = [k for k in env.metric_labels if any(k in row for row in paper.values())]
+        keys = [k for k in env.card.metric_labels if any(k in row for row in paper.values())]
         lines += [
             "| Method | " + " | ".join(f"{metric_label(k, env).capitalize()} ({split})" for k in keys) + " |",
             "|---|" + "--:|" * len(keys),
@@ -184,14 +184,14 @@ def _paper_section(results: dict, env: type[Environment], *, partial: bool) -> l
         for method, row in paper.items():
             cells = " | ".join(metric_text(row, k) if k in row else "—" for k in keys)
             lines.append(f"| {method} (paper) | {cells} |")
-        lines += ["", env.paper_note]
+        lines += ["", env.card.paper_note]
         if env.name in SDAR_SHARED_ENVS and any(method != "SEED" for method in paper):
             lines += ["", BASELINE_NOTE + (ALFWORLD_STEPS_NOTE if env.name == "alfworld" else "")]
     else:
-        known = ", ".join(env.paper_results) or "none"
+        known = ", ".join(env.card.paper_results) or "none"
         lines.append(f"The paper reports no {env.title} numbers for split `{split}` (only {known}).")
-    if env.offline_note and not _options(results).get("search_url"):
-        lines += ["", env.offline_note]  # it speaks of the offline corpus, which a search_url run did not use
+    if env.card.offline_note and not _options(results).get("search_url"):
+        lines += ["", env.card.offline_note]  # it speaks of the offline corpus, which a search_url run did not use
     return lines
 
 

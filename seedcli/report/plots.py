@@ -85,9 +85,9 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
     bars = ax.bar(names, heights, color=colors)
     rows = [results["categories"][t] for t in types]
     labels = [f"{r['wins']}/{r['games']}" if r["games"] else "none" for r in rows] + [pct(rates[-1])]
-    with_success = any(k.endswith("_success") for k in env.metric_labels)
+    with_success = any(k.endswith("_success") for k in env.card.metric_labels)
     scores: list[float | None] = [None] * len(names)
-    if "mean_score" in env.metric_labels and with_success:
+    if "mean_score" in env.card.metric_labels and with_success:
         scores = [results["categories"][t].get("mean_score") for t in types] + [results.get("macro_score")]
         ax.plot(
             range(len(names)),
@@ -114,13 +114,13 @@ def plot_success_by_type(results: dict, path: Path) -> Path:
     if any(x is not None for x in scores):
         ax.set_ylim(0, 1.15)  # room for a label above a score mark at 100%
     # success and score are one number where the env reports no success (search: exact match, 0 or 1)
-    measure = "success" if with_success else metric_label(next(iter(env.metric_labels)), env).split(" (")[0]
+    measure = "success" if with_success else metric_label(next(iter(env.card.metric_labels)), env).split(" (")[0]
     ax.set_ylabel(measure if with_success else measure + " (= success)")
     if len(names) > 8:
         ax.tick_params(axis="x", labelrotation=45, labelsize=7)
-    title = f"{env.title}: {measure} by {env.category_label} — {results['split']}"
+    title = f"{env.title}: {measure} by {env.card.category_label} — {results['split']}"
     if partial_line(results):
-        played = f"{results.get('episodes', 0)} of {results.get('expected_games', '?')} {plural(env.task_noun)}"
+        played = f"{results.get('episodes', 0)} of {results.get('expected_games', '?')} {plural(env.card.task_noun)}"
         title += f"\nPARTIAL: {played}"
     ax.set_title(title)
     return _save_png(fig, path)
@@ -163,7 +163,7 @@ def plot_compare(results_list: list[tuple[str, dict]], path: Path) -> Path:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{100 * v:.0f}"))
     ax.set_ylabel(measure.axis)
     splits = sorted({r["split"] for _, r in results_list})
-    title = f"{env.title}: {measure.axis.removesuffix(' rate')} by {env.category_label} — {', '.join(splits)}"
+    title = f"{env.title}: {measure.axis.removesuffix(' rate')} by {env.card.category_label} — {', '.join(splits)}"
     if any(partial_line(r) for _, r in results_list):
         title += " (PARTIAL runs marked)"
     ax.set_title(title)

@@ -79,7 +79,7 @@ def only_categories(env: Environment, tasks: list[Task], wanted: list[str]) -> l
         cat = name if name in present else env.canonical_category(name)
         if cat not in present:
             raise UserError(
-                f"--datasets {name}: the split has no such {env.category_label}; it has {', '.join(present)}"
+                f"--datasets {name}: the split has no such {env.card.category_label}; it has {', '.join(present)}"
             )
         chosen.append(cat)
     return [t for t in tasks if t.category in set(chosen)]
@@ -112,11 +112,11 @@ def env_setup(env: Environment, cfg: EvalConfig) -> dict:
 def headline_metrics(env: Environment, results: dict) -> dict:
     """The metrics of the run's summary, the environment's headline first (ALFWorld: macro success; WebShop: score;
     search: exact match averaged over data sources), then the rest."""
-    headline = next(iter(env.metric_labels))
+    headline = next(iter(env.card.metric_labels))
     value = metric_text(results, headline)
-    metrics: dict = {"env": env.name, "headline": f"{env.metric_labels[headline]} {value} ({headline})"}
+    metrics: dict = {"env": env.name, "headline": f"{env.card.metric_labels[headline]} {value} ({headline})"}
     keys = (
-        *env.metric_labels,
+        *env.card.metric_labels,
         "macro_success",
         "micro_success",
         "mean_score",

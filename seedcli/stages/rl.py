@@ -89,7 +89,7 @@ def skill_categories(env_name: str) -> SkillCategories:
     from seedcli.envs import get_env
 
     env = get_env(env_name)
-    return SkillCategories(env.canonical_category, tuple(env.categories), env.category_label, env.title)
+    return SkillCategories(env.canonical_category, tuple(env.categories), env.card.category_label, env.title)
 
 
 def resolve_start_model(cfg: RLConfig) -> tuple[Path, tuple[Path, Manifest] | None]:

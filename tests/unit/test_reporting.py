@@ -147,8 +147,8 @@ def test_full_seen_report_is_not_partial(episodes):
 
 
 def test_paper_results_are_the_design_card_macros():
-    seen = {m: round(100 * v["macro_success"], 1) for m, v in ALFWORLD.paper_results["valid_seen"].items()}
-    unseen = {m: round(100 * v["macro_success"], 1) for m, v in ALFWORLD.paper_results["valid_unseen"].items()}
+    seen = {m: round(100 * v["macro_success"], 1) for m, v in ALFWORLD.card.paper_results["valid_seen"].items()}
+    unseen = {m: round(100 * v["macro_success"], 1) for m, v in ALFWORLD.card.paper_results["valid_unseen"].items()}
     assert seen == {"Vanilla": 21.9, "GRPO": 75.0, "SDAR": 84.4, "SEED": 91.8}
     assert unseen == {"GRPO": 70.9, "SEED": 86.2}
 

@@ -34,8 +34,8 @@ def test_data_root_explicit_env_var_missing_and_empty(tmp_path, monkeypatch) -> 
     with pytest.raises(UserError, match=r"holds neither closed/ nor test/") as empty:
         SearchEnv(data_root=str(tmp_path / "empty")).resolve_data_root()
     assert "\n" not in str(missing.value) and "\n" not in str(empty.value)
-    assert (SearchEnv.category_label, SearchEnv.task_noun) == ("data source", "question")
-    assert "10k passages" in SearchEnv.offline_note and "cannot be compared" in SearchEnv.offline_note
+    assert (SearchEnv.card.category_label, SearchEnv.card.task_noun) == ("data source", "question")
+    assert "10k passages" in SearchEnv.card.offline_note and "cannot be compared" in SearchEnv.card.offline_note
 
 
 def _tasks() -> list[Task]:
