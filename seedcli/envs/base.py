@@ -1,4 +1,4 @@
-"""The environment protocol: everything a stage may know about an environment (DESIGN.md §2).
+"""The environment protocol: everything a stage may know about an environment (docs/design.md §2).
 
 An environment is a subclass of `Environment` registered by name in `seedcli/envs/__init__.py`. Stages, the rollout
 loop, rescoring, annotate, sft, rl, eval and reporting use only what is declared here; nothing outside
@@ -283,7 +283,7 @@ class Environment(ABC):
         earlier turns, of which the last `history_length` are shown."""
 
     def insert_skill(self, prompt: str, skill: str) -> str:
-        """The skill-augmented prompt: the skill block right after the task line (DESIGN.md §1, stage 2 step 3)."""
+        """The skill-augmented prompt: the skill block right after the task line (docs/design.md §1, stage 2 step 3)."""
         return insert_after_line(prompt, self.task_line_prefix, skill)
 
     def insert_step_skill(self, prompt: str, skill: str) -> str:

@@ -100,7 +100,7 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
     if len(splits) == 1 and (paper := env.card.paper_results.get(next(iter(splits)))):
         headline = next(iter(env.card.metric_labels))
         paper_str = ", ".join(f"{m} {metric_text(v, headline)}" for m, v in paper.items() if headline in v)
-        notes.append(f"Paper {metric_label(headline, env)} ({env.card.paper_model}, DESIGN.md §1): {paper_str}.")
+        notes.append(f"Paper {metric_label(headline, env)} ({env.card.paper_model}, docs/design.md §1): {paper_str}.")
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     lines.append("")

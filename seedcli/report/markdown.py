@@ -172,7 +172,7 @@ def _paper_section(results: dict, env: type[Environment], *, partial: bool) -> l
     """report.md's paper section: this run's headline metrics beside the paper's, and the notes on them."""
     split = results["split"]
     paper = env.card.paper_results.get(split)
-    lines = ["", f"## Paper ({env.card.paper_model}, DESIGN.md §1)", ""]
+    lines = ["", f"## Paper ({env.card.paper_model}, docs/design.md §1)", ""]
     if paper:
         keys = [k for k in env.card.metric_labels if any(k in row for row in paper.values())]
         lines += [

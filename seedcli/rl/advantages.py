@@ -1,4 +1,4 @@
-"""Outcome scores and GRPO group-normalised advantages for turn-samples (DESIGN.md §1, stage 2 step 4)."""
+"""Outcome scores and GRPO group-normalised advantages for turn-samples (docs/design.md §1, stage 2 step 4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rollout engine's life beside the trainer (DESIGN.md §1, Stage 2): its arguments, sleep and wake in stages,
+"""The rollout engine's life beside the trainer (docs/design.md §1, Stage 2): its arguments, sleep and wake in stages,
 the streamed weight refresh after every update, and the proofs that it holds the trainer's weights.
 
 The proof of a refresh: exact checksums of some of the engine's own tensors against the trainer's (they see one

@@ -1,4 +1,4 @@
-"""The phases of one SEED update after the rollouts (DESIGN.md §1, Stage 2; the paper's Algorithm 1), each one call
+"""The phases of one SEED update after the rollouts (docs/design.md §1, Stage 2; the paper's Algorithm 1), each one call
 from the rl stage: `analyse` (π_old writes a hindsight skill per episode) → `gather_episodes` → `rescore` (ℓ_old,
 ℓ_skill, ℓ_ref without gradient, and the advantages) → `update_policy` (one epoch of dual-clip PPO + k3 KL − entropy
 + λ_opd·OPD) → `refresh_and_prove` (the rollout engine gets the new weights, `rl/engine_sync.py`) → `update_metrics`,
@@ -35,7 +35,7 @@ from seedcli.rl.trainer import LossWeights, UpdateResult, update_seed
 
 @dataclasses.dataclass
 class Plan:
-    """What the algorithm switches decide (DESIGN.md §1: baselines are switches of the same loop)."""
+    """What the algorithm switches decide (docs/design.md §1: baselines are switches of the same loop)."""
 
     analyzer: str  # self | static | rules | none
     library: SkillLibrary | None

@@ -1,4 +1,4 @@
-"""Turn-samples and their re-scoring (DESIGN.md §1, Stage 2 steps 1, 3, 4).
+"""Turn-samples and their re-scoring (docs/design.md §1, Stage 2 steps 1, 3, 4).
 
 Every turn of every episode becomes one turn-sample: prompt ids = the exact ids the policy saw (the chat template
 applied to that turn's user message), response ids = the tokens it sampled. Re-scoring runs the same response

@@ -1,5 +1,5 @@
 """One policy update on re-scored turn-samples, and the checkpoints that let a run stop and continue
-(DESIGN.md §1, Stage 2 step 5).
+(docs/design.md §1, Stage 2 step 5).
 
 L = L_ppo + kl_coef·KL − entropy_coef·H + opd_coef·L_opd, each a token mean over the whole mini-batch across
 ranks: a micro-batch contributes the sum of its per-token terms divided by the mini-batch's response-token count
@@ -88,7 +88,7 @@ class Scorer(torch.nn.Module):
 
 @dataclass
 class LossWeights:
-    """The coefficients of DESIGN.md §1 step 5 (the paper's values by default)."""
+    """The coefficients of docs/design.md §1 step 5 (the paper's values by default)."""
 
     clip_eps: float = 0.2
     dual_clip: float = 3.0

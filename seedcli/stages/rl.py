@@ -1,4 +1,4 @@
-"""`seed rl`: GRPO + self-evolving on-policy distillation (DESIGN.md §1, Stage 2), one update repeated `--steps` times.
+"""`seed rl`: GRPO + self-evolving on-policy distillation (docs/design.md §1, Stage 2), one update repeated `--steps` times.
 
 One update (`update`, the paper's Algorithm 1), each phase one call:
   roll out     π_old plays `batch_tasks` training games `group` times each (`roll_out`, seedcli.rollout)
@@ -355,7 +355,7 @@ class _TrainingLoop:
 
 
 def update(ctx: RLContext, pool, sampler, step: int, want_sample: bool) -> tuple[dict, dict | None]:
-    """One update (the paper's Algorithm 1; DESIGN.md §1 Stage 2 steps 1-5 + weight refresh): returns the metrics
+    """One update (the paper's Algorithm 1; docs/design.md §1 Stage 2 steps 1-5 + weight refresh): returns the metrics
     record and, on sampled updates, the samples.jsonl record (rank 0)."""
     from seedcli.rl.engine_sync import sleep_engine
     from seedcli.rl.phases import (

@@ -1,4 +1,4 @@
-"""Imports run only downward (DESIGN.md §4): `cli → stages → {envs, engines, analyzers, rl} → {records, artifacts,
+"""Imports run only downward (docs/design.md §4): `cli → stages → {envs, engines, analyzers, rl} → {records, artifacts,
 config, prompts}`. Read from the source with `ast`, so nothing is imported and an import inside a function counts
 as much as one at the top of a file (a lazy import still ties the two modules together)."""
 

@@ -130,7 +130,7 @@ def test_report_marks_partial_and_places_paper_rows(results):
     assert "| Look | 1 | 0 | 0.0% |" in md
     assert "**33.3%**" in md  # macro
     assert "| Micro average | 4 | 2 | 50.0% |" in md
-    assert "Paper (Qwen2.5-3B, DESIGN.md §1)" in md
+    assert "Paper (Qwen2.5-3B, docs/design.md §1)" in md
     assert "| SEED (paper) | 86.2% |" in md and "| GRPO (paper) | 70.9% |" in md
     assert "| SDAR (paper)" not in md  # the paper gives SDAR on valid_seen only
     # the baseline rows come from SDAR's paper, which ran ALFWorld with 50 steps (SEED: 30)

@@ -34,7 +34,7 @@ CARD = EnvCard(
         "cool": "Cool",
         "pick_two": "Pick Two",
     },
-    # Paper results (Qwen2.5-3B-Instruct), DESIGN.md §1, as fractions; only the macro-average is given.
+    # Paper results (Qwen2.5-3B-Instruct), docs/design.md §1, as fractions; only the macro-average is given.
     paper_results={
         "valid_seen": {
             "Vanilla": {"macro_success": 0.219},

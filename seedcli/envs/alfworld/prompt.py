@@ -52,7 +52,7 @@ def render_agent_prompt(
     history: Sequence[tuple[str, str]],
     history_length: int,
 ) -> str:
-    """The user message of one turn (DESIGN.md §2). `step` counts from 1; `history` holds (observation, action)
+    """The user message of one turn (docs/design.md §2). `step` counts from 1; `history` holds (observation, action)
     pairs of all earlier turns, of which the last `history_length` are shown. The first turn has no history block."""
     text = _AGENT_HEAD.format(task=task)
     shown = list(history)[-history_length:] if history_length > 0 else []
@@ -67,7 +67,7 @@ def render_agent_prompt(
 
 
 def insert_skill(prompt: str, skill: str, task_line_prefix: str = TASK_LINE_PREFIX) -> str:
-    """The skill-augmented prompt: the skill block goes right after the task line (DESIGN.md §1, Stage 2 step 3).
+    """The skill-augmented prompt: the skill block goes right after the task line (docs/design.md §1, Stage 2 step 3).
     Other environments: `get_env(name).insert_skill` (their task line differs)."""
     return insert_after_line(prompt, task_line_prefix, skill)
 
