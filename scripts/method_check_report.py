@@ -301,8 +301,9 @@ class Doc:
         params = w.get("parameters")
         observation = (c.config.get("env_options") or {}).get("observation", "text")
         analyzers = sorted({_analyzer_of(args) for args in c.arms.values()} - {"none"})
+        collect = c.config.get("collect", {})
         stage1 = (
-            f"collect ({c.config.get('collect', {}).get('tasks')} games × {c.config.get('collect', {}).get('rollouts')}) "
+            f"collect ({collect.get('tasks')} games × {collect.get('rollouts')}) "
             "→ the rules analyzer annotates (no offline machine reaches GLM) → SFT on those skills"
             if c.config.get("stage1") is not None
             else "skipped: RL starts from the warm start"
