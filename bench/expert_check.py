@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seedcli.envs.alfworld import SHORT_TASK_TYPES, EnvPool, list_games, resolve_data_root, resolve_split  # noqa: E402
+from seedcli.envs.alfworld.data import SHORT_TASK_TYPES, list_games, resolve_data_root, resolve_split  # noqa: E402
+from seedcli.envs.alfworld.pool import EnvPool  # noqa: E402
 
 
 def main() -> int:

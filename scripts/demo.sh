@@ -43,10 +43,10 @@ def metric(stage, key):
 ev = manifest("eval").get("metrics", {})
 env = env_class(ev.get("env", "alfworld"))
 # the eval's own count: search applies --limit to each data source, the others to the split as a whole
-played = f"{ev.get('games', '?')} eval {env.task_noun}s (partial: --limit {limit}" + (
-    f" per {env.category_label})" if env.limit_per_category else ")")
-first = next(iter(env.metric_labels))
-measure = "success" if first.endswith("_success") else env.metric_labels[first].split(" (")[0]
+played = f"{ev.get('games', '?')} eval {env.card.task_noun}s (partial: --limit {limit}" + (
+    f" per {env.card.category_label})" if env.limit_per_category else ")")
+first = next(iter(env.card.metric_labels))
+measure = "success" if first.endswith("_success") else env.card.metric_labels[first].split(" (")[0]
 headline = re.sub(r" \(\w+\)$", "", ev.get("headline", f"success {metric('eval', 'macro_success')}"))
 def last_row(key):
     p = runs / "rl" / "latest" / "metrics.jsonl"
@@ -61,7 +61,7 @@ made: the model {model} (tiny Qwen2 shape, random weights, built in code) and, u
   annotate/latest/skills.jsonl       {metric('annotate', 'annotate/kept')} hindsight skills (offline rules analyzer)
   sft/latest/model/                  the model fine-tuned to write skill JSON
   rl/latest/                         2 SEED updates: metrics.jsonl, samples.jsonl, checkpoints/
-  eval/latest/report.md              {measure} per {env.category_label} on {played}
+  eval/latest/report.md              {measure} per {env.card.category_label} on {played}
 what the numbers mean: this model has random weights, so {headline} and
   opd/valid_skill_frac {last_row('opd/valid_skill_frac')} (skills the model wrote for itself that parse) are expected
   — the demo checks that every stage runs and chains, not that the method learns. The method check does that.

@@ -23,7 +23,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seedcli.reporting import load_results, plot_lines, read_metrics  # noqa: E402
+from seedcli.report.plots import plot_lines, read_metrics  # noqa: E402
+from seedcli.report.results import load_results  # noqa: E402
 
 ARM_LABELS = {
     "grpo": "GRPO",
@@ -33,7 +34,8 @@ ARM_LABELS = {
     "seed_self": "SEED, self-analyzer",
     "seed_rules": "SEED, rules analyzer",
 }
-PAPER_CONFIG = Path("configs/sokoban/paper_qwen25vl_3b.yaml")
+# the hand-written calibration of the real model's warm start (its runs are not kept)
+CALIBRATION = Path("docs/method-check-calibration.md")
 # the leak and harm measures (issue 19 §2-3), the OPD statistics the SEED code logs, and two health signals
 MEASURES = [
     ("skills/leak_frac", "skills that leak (the environment's rule)", "pct"),
@@ -171,7 +173,7 @@ class Check:
         return "the warm start", self.warm_result
 
     def plays(self, arm: str, seed: int) -> dict[str, tuple[tuple[str, ...], bool]] | None:
-        """Each test room's (actions played, solved) in the eval of `arm`'s final model at `seed` (episodes.jsonl)."""
+        """Each test game's (actions played, solved) in the eval of `arm`'s final model at `seed` (episodes.jsonl)."""
         run = self.index.get(f"eval_{arm}_s{seed}")
         path = Path(run) / "episodes.jsonl" if run else None
         if path is None or not path.exists():
@@ -195,6 +197,12 @@ class Check:
         return out
 
 
+def _analyzer_of(args: str) -> str:
+    """The `--analyzer` value in an arm's command-line arguments ("none" when it has none)."""
+    words = args.split()
+    return words[words.index("--analyzer") + 1] if "--analyzer" in words[:-1] else "none"
+
+
 def episodes_of(result: dict) -> int:
     return int(sum(c.get("games", c.get("episodes", 0)) for c in result["categories"].values()))
 
@@ -207,7 +215,7 @@ class Doc:
         self.lines: list[str] = []
         self.noise = math.nan  # one evaluation's binomial standard error (set by `evals`)
         self.readings: list[str] = []  # the paired differences in words (set by `paired`)
-        self.moved: dict[str, float] = {}  # per arm, the share of test rooms played unlike GRPO (set by `divergence`)
+        self.moved: dict[str, float] = {}  # per arm, the share of test games played unlike GRPO (set by `divergence`)
 
     def add(self, *lines: str) -> None:
         self.lines.extend(lines)
@@ -237,7 +245,7 @@ class Doc:
             + "behaviour-cloned on the environment's expert so that it solves some games; then, from that one "
             f"checkpoint, each of {len(c.seeds)} seeds trains {len(c.arms)} arms ("
             + ", ".join(f"{ARM_LABELS.get(a, a)}: `{args}`" for a, args in c.arms.items())
-            + "), and every final model plays the same test rooms. This is a mechanism check: model, data and "
+            + "), and every final model plays the same test games. This is a mechanism check: model, data and "
             "number of updates are far from the paper's (the table below lists what was shrunk), so no number here "
             "is comparable with the paper's tables.",
             "",
@@ -285,41 +293,52 @@ class Doc:
         c = self.c
         rl = c.config.get("rl", {})
         ev = c.config.get("eval", {})
-        paper = yaml.safe_load(PAPER_CONFIG.read_text()) if PAPER_CONFIG.exists() else {}
+        env = c.config.get("env", "sokoban")
+        paper_config = Path(f"configs/{env}/paper_qwen25vl_3b.yaml")
+        paper = yaml.safe_load(paper_config.read_text()) if paper_config.exists() else {}
         prl = paper.get("rl", {})
         w = c.warm or {}
         params = w.get("parameters")
+        observation = (c.config.get("env_options") or {}).get("observation", "text")
+        analyzers = sorted({_analyzer_of(args) for args in c.arms.values()} - {"none"})
+        collect = c.config.get("collect", {})
+        stage1 = (
+            f"collect ({collect.get('tasks')} games × {collect.get('rollouts')}) "
+            "→ the rules analyzer annotates (no offline machine reaches GLM) → SFT on those skills"
+            if c.config.get("stage1") is not None
+            else "skipped: RL starts from the warm start"
+        )
         self.add(
             "## What was shrunk",
             "",
-            "| | this check | the paper's Sokoban run (`" + PAPER_CONFIG.as_posix() + "`) |",
+            f"| | this check | the paper's {env} run (`{paper_config.as_posix()}`) |",
             "|---|---|---|",
             f"| policy | {c.provenance['model'] if c.provenance else 'tiny Qwen2 built in code'}, "
             f"{params / 1e6:.2f}M parameters, behaviour-cloned on the expert "
-            f"({w.get('games')} rooms, {w.get('epochs')} epochs) | Qwen2.5-VL-3B-Instruct after Stage-1 SFT |"
+            f"({w.get('games')} games, {w.get('epochs')} epochs) | Qwen2.5-VL-3B-Instruct after Stage-1 SFT |"
             if params
             else "| policy | — | Qwen2.5-VL-3B-Instruct |",
-            f"| observation | the text grid | {paper.get('env_options', {}).get('observation', '—')} |",
-            "| Stage 1 (collect → annotate → SFT) | skipped: RL starts from the warm start | GLM-annotated skills, SFT |",
-            "| analyzer | the environment's rules analyzer (`--analyzer rules`): a hindsight skill per episode from its "
-            "outcome (solved, dead lock, no push, out of steps, unreadable replies), no generation | the policy "
+            f"| observation | {observation} | {paper.get('env_options', {}).get('observation', '—')} |",
+            f"| Stage 1 (collect → annotate → SFT) | {stage1} | GLM-annotated skills, SFT |",
+            f"| analyzer of the SEED arms | {', '.join(f'`--analyzer {a}`' for a in analyzers) or '—'} | the policy "
             "itself (`--analyzer self`) |",
-            f"| updates × rooms × group | {rl.get('steps')} × {rl.get('batch_tasks')} × {rl.get('group')} | "
+            f"| updates × games × group | {rl.get('steps')} × {rl.get('batch_tasks')} × {rl.get('group')} | "
             f"{prl.get('steps')} × {prl.get('batch_tasks')} × {prl.get('group')} |",
-            f"| turns, history | {rl.get('max_steps')}, {rl.get('history')} | {prl.get('max_steps')}, "
+            f"| turns, history | {rl.get('max_steps', '—')}, {rl.get('history', '—')} | {prl.get('max_steps')}, "
             f"{prl.get('history')} |",
             f"| reply tokens | {rl.get('max_new_tokens')} | {prl.get('max_new_tokens')} |",
             f"| learning rate, mini-batch | {rl.get('lr')}, {rl.get('mini_batch')} | {prl.get('lr')}, "
             f"{prl.get('mini_batch')} |",
             f"| rollout temperature | {rl.get('temperature')} | {prl.get('temperature', 1.0)} |",
-            f"| evaluation | the first {ev.get('limit')} test rooms, temperature {ev.get('temperature')} | "
-            f"{prl.get('val_games', '—')} rooms at 0.4 |",
+            f"| evaluation | the first {ev.get('limit')} test games, temperature {ev.get('temperature')} | "
+            f"{prl.get('val_games', '—')} games at 0.4 |",
             f"| seeds | {len(c.seeds)} per arm | one run per row |",
             "",
         )
 
     def warm_start(self) -> None:
-        w = self.c.warm
+        c = self.c
+        w = c.warm
         self.add("## 1. Warm start", "")
         if not w:
             self.add("No warmstart.json: the warm start did not finish.", "")
@@ -327,13 +346,18 @@ class Doc:
         ch = w.get("check", {})
         self.add(
             f"`seed model init --warm-start expert --env {w.get('env')}`: {w['method']}. The expert plays "
-            f"{w['games']} training rooms ({w['games_won_by_expert']} solved; with probability {w['noise']} a turn "
+            f"{w['games']} training games ({w['games_won_by_expert']} solved; with probability {w['noise']} a turn "
             "plays a random move, and every turn is labelled with the expert's move at that state); the model "
-            f"learns the {w['turns']} acting turns of the solved rooms for {w['epochs']} epochs (prompt tokens mean "
+            f"learns the {w['turns']} acting turns of the solved games for {w['epochs']} epochs (prompt tokens mean "
             f"{w['prompt_tokens_mean']:.0f}). Response NLL {w['first_response_nll']:.3f} → "
             f"{w['last_response_nll']:.3f}; {_dur(w['train_s'])} of training on {w['threads']} thread(s). Greedy "
             f"on {ch.get('turns')} demonstration states: well-formed {100 * ch.get('valid_rate', 0):.1f}%, the "
-            f"expert's own move {100 * ch.get('expert_action_rate', 0):.1f}%.",
+            f"expert's own move {100 * ch.get('expert_action_rate', 0):.1f}%."
+            + (
+                f" How this amount of cloning was chosen (a start that leaves room to learn): `{CALIBRATION}`."
+                if CALIBRATION.exists() and c.provenance
+                else ""
+            ),
             "",
         )
 
@@ -419,8 +443,8 @@ class Doc:
         n = episodes_of(any_result)
         ev = c.config.get("eval", {})
         self.add(
-            f"Each final model plays the same {n} test rooms once (ordinary prompt, no skill; temperature "
-            f"{ev.get('temperature')}, ≤{ev.get('max_steps')} turns); success = rooms solved.",
+            f"Each final model plays the same {n} test games once (ordinary prompt, no skill; temperature "
+            f"{ev.get('temperature')}, ≤{ev.get('max_steps')} turns); success = games solved.",
             "",
         )
         if c.warm_result is not None:
@@ -440,7 +464,7 @@ class Doc:
         self.noise = math.sqrt(p * (1 - p) / n) if n else math.nan
         self.add(
             "",
-            f"Sampling error of one evaluation: at the mean success {100 * p:.1f}% over {n} rooms the binomial "
+            f"Sampling error of one evaluation: at the mean success {100 * p:.1f}% over {n} games the binomial "
             f"standard error is {100 * self.noise:.1f} points, so two models differ beyond it only when their gap "
             f"exceeds about {100 * 2 * math.sqrt(2) * self.noise:.1f} points (2 standard errors of a difference).",
             "",
@@ -455,7 +479,7 @@ class Doc:
         if "seed" in arms and "seed_guarded" in arms:
             pairs.append(("seed_guarded", "seed"))
         self.add(
-            "## 3. Paired differences (same seed: same warm start, same rooms drawn at each update)",
+            "## 3. Paired differences (same seed: same warm start, same games drawn at each update)",
             "",
             "| difference | " + " | ".join(f"seed {s}" for s in c.seeds) + " | mean ± std | reading |",
             "|---|" + "--:|" * (len(c.seeds) + 1) + "---|",
@@ -491,8 +515,8 @@ class Doc:
         self.add("")
 
     def divergence(self) -> None:
-        """How far each arm's final model drifted from GRPO's at the same seed: test rooms played with another move
-        sequence, and rooms whose outcome differs (same rooms, same sampling seed)."""
+        """How far each arm's final model drifted from GRPO's at the same seed: test games played with another move
+        sequence, and games whose outcome differs (same games, same sampling seed)."""
         c = self.c
         if "grpo" not in c.arms:
             return
@@ -505,9 +529,9 @@ class Doc:
                 mine, base = c.plays(a, s), c.plays("grpo", s)
                 if not mine or not base:
                     continue
-                rooms = sorted(set(mine) & set(base))
-                moved.append(sum(mine[r][0] != base[r][0] for r in rooms) / len(rooms))
-                flipped.append(sum(mine[r][1] != base[r][1] for r in rooms) / len(rooms))
+                games = sorted(set(mine) & set(base))
+                moved.append(sum(mine[r][0] != base[r][0] for r in games) / len(games))
+                flipped.append(sum(mine[r][1] != base[r][1] for r in games) / len(games))
             if moved:
                 rows.append((a, moved, flipped))
         if not rows:
@@ -516,11 +540,11 @@ class Doc:
             "## 3b. How far each arm moved from GRPO",
             "",
             "The evaluation samples with the same seed for every model, so two final models that assign nearly the "
-            "same probabilities play the same moves. Per seed, the share of test rooms where the arm's final model "
+            "same probabilities play the same moves. Per seed, the share of test games where the arm's final model "
             "played a different move sequence than GRPO's, and where the outcome differs (solved by one, not the "
             "other); mean ± std over the seeds.",
             "",
-            "| arm | rooms played differently | rooms with another outcome |",
+            "| arm | games played differently | games with another outcome |",
             "|---|--:|--:|",
         )
         for a, moved, flipped in rows:
@@ -652,11 +676,11 @@ class Doc:
                 if (a, s) in c.metrics and ("grpo", s) in c.metrics
             ]
             self.add(
-                f"- {ARM_LABELS.get(a, a)}: the final model played {100 * share:.0f}% of the test rooms differently "
+                f"- {ARM_LABELS.get(a, a)}: the final model played {100 * share:.0f}% of the test games differently "
                 "from GRPO's at the same seed (mean over seeds); its training success equalled GRPO's at every update "
                 f"in {sum(same)} of {len(same)} seeds"
                 + (
-                    " (the same rooms and sampling seeds: a policy that moved little samples the same moves)."
+                    " (the same games and sampling seeds: a policy that moved little samples the same moves)."
                     if any(same)
                     else "."
                 )
@@ -666,10 +690,10 @@ class Doc:
         guarded = [v for a in skill_arms for v in c.per_run(a, "skills/leak_guarded")]
         if leaks and max(leaks) == 0.0:
             self.add(
-                "- No skill leaked in any run (`skills/leak_frac` 0 in every update): the rules analyzer never writes "
-                "the episode's moves, so `leak_guard=mask` had nothing to mask"
-                + (" (`skills/leak_guarded` 0)" if guarded and max(guarded) == 0.0 else "")
-                + " and the guarded arm differs from SEED by the contrasted gate alone."
+                "- No skill leaked in any run (`skills/leak_frac` 0 in every update: no skill wrote the episode's "
+                "moves)"
+                + (" and the guard masked nothing (`skills/leak_guarded` 0)" if guarded and max(guarded) == 0.0 else "")
+                + "."
             )
         elif leaks:
             self.add(f"- Skills leaked in some updates: `skills/leak_frac` up to {100 * max(leaks):.1f}% (run means).")
@@ -680,10 +704,13 @@ class Doc:
                     f"- {ARM_LABELS.get(a, a)}: the contrast found another episode's differing skill for "
                     f"{100 * statistics.fmean(contrast):.0f}% of the OPD tokens (mean over runs)."
                 )
+        rl = c.config.get("rl", {})
+        policy = f"{c.provenance['model']}" if c.provenance else "a tiny policy built in code"
         self.add(
-            "- The figures above are all there is: a tiny policy, a handful of updates, and a rules analyzer in "
-            "place of the self-analyzer. A difference that the three seeds do not agree on, or that sits inside "
-            "the evaluation's sampling error, is not evidence for or against SEED at scale.",
+            f"- The figures above are all there is: {policy}, {rl.get('steps')} updates of "
+            f"{rl.get('batch_tasks', 0) * rl.get('group', 0)} episodes, rules-annotated Stage-1 skills. A difference "
+            f"that the {len(c.seeds)} seeds do not agree on, or that sits inside the evaluation's sampling error, "
+            "is not evidence for or against SEED at scale.",
             "",
         )
 

@@ -601,8 +601,8 @@ def describe_env(name: str, data_root: str | None = None) -> dict[str, Any]:
         "turns": cls.max_steps,
         "history": cls.history,
         "observation_modes": list(cls.observation_modes),
-        "category_label": cls.category_label,
-        "task_noun": cls.task_noun,
+        "category_label": cls.card.category_label,
+        "task_noun": cls.card.task_noun,
         "data_root": None,
         "data_missing": None,
         "splits": [],
@@ -660,7 +660,7 @@ def report_cmd(
 ) -> None:
     """Compare eval runs side by side (Markdown table and grouped bar chart)."""
     try:
-        from seedcli.reporting import report_command
+        from seedcli.report.commands import report_command
 
         written = report_command(runs, out)
     except UserError as exc:
@@ -678,7 +678,7 @@ def plot_cmd(
 ) -> None:
     """Draw training curves from metrics.jsonl to PNG."""
     try:
-        from seedcli.reporting import plot_command
+        from seedcli.report.commands import plot_command
 
         written = plot_command(runs, out)
     except UserError as exc:

@@ -302,7 +302,7 @@ class SFTConfig(StageConfig):
 
 
 class RLConfig(RolloutConfig):
-    """`seed rl`: GRPO + self-evolving on-policy distillation (DESIGN.md §1, Stage 2)."""
+    """`seed rl`: GRPO + self-evolving on-policy distillation (docs/design.md §1, Stage 2)."""
 
     from_run: str | None = Field(None, description="sft run to start from (or --model)")
     algo: Literal["seed", "grpo", "sdar", "opsd"] = Field("seed", description="seed | grpo | sdar | opsd")

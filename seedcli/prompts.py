@@ -34,7 +34,7 @@ SKILL_MODES = ("episode_only", "episode_step", "step_only")
 
 def insert_after_line(prompt: str, prefix: str, skill: str) -> str:
     """`prompt` with the skill block inserted after the line holding `prefix` (the first one): the skill-augmented
-    prompt (DESIGN.md §1, Stage 2 step 3); each environment names its task line (`Environment.insert_skill`)."""
+    prompt (docs/design.md §1, Stage 2 step 3); each environment names its task line (`Environment.insert_skill`)."""
     start = prompt.find(prefix)
     if start < 0:
         raise ValueError("prompt has no task line to insert a skill after")

@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - torch is a hard dependency; keep colle
 @pytest.fixture(scope="session")
 def alfworld_root() -> Path:
     """The ALFWorld data root (resolve_data_root: $ALFWORLD_DATA or ../shared/alfworld); skips when there is none."""
-    from seedcli.envs.alfworld import resolve_data_root
+    from seedcli.envs.alfworld.data import resolve_data_root
     from seedcli.errors import UserError
 
     try:

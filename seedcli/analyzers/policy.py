@@ -1,7 +1,7 @@
 """The `policy` analyzer: a local model (through the project's engines, hf or vllm) writes the skill JSON, greedy.
 
 `seed annotate --analyzer policy --model DIR` uses it on a collect run; `seed rl` calls `analyze_with_engine` with
-its live engine so the frozen π_old analyses its own finished episodes (DESIGN.md §1, Stage 2 step 2). Both run the
+its live engine so the frozen π_old analyses its own finished episodes (docs/design.md §1, Stage 2 step 2). Both run the
 same code: one batched generate call for all prompts, the shared parser, retries with the schema reminder (one by
 default; `seed rl`'s `analyzer_parse_retries` counts the attempts).
 """

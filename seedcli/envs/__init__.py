@@ -4,7 +4,9 @@
     env = get_env("alfworld", data_root=None)       # cheap: data is read lazily
     tasks = env.select_tasks(env.list_tasks("train"), n=180, seed=0)
 
-Nothing outside `seedcli/envs/` imports an environment's own module; nothing here imports torch.
+Nothing outside `seedcli/envs/` imports an environment's own module; nothing here imports torch. Every environment's
+package has the same files (env, game and/or data, episode, prompt, projection, reward, rules, expert; see
+`seedcli.envs.base`), and its report copy is its `card` (`seedcli.envs.card.EnvCard`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 # name -> "module:class"; modules are imported on first use.
 _REGISTRY: dict[str, str] = {
-    "alfworld": "seedcli.envs.alfworld:AlfWorldEnv",
+    "alfworld": "seedcli.envs.alfworld.env:AlfWorldEnv",
     "webshop": "seedcli.envs.webshop.env:WebShopEnv",
     "search": "seedcli.envs.search.env:SearchEnv",
     "sokoban": "seedcli.envs.sokoban.env:SokobanEnv",
@@ -67,22 +69,6 @@ def tokenizer_texts() -> list[str]:
     """What the tiny tokenizer learns besides the chat boilerplate, in order: every registered environment's
     `sample_texts()`, then their `template_texts()`. Pass it as `build_tiny_model(corpus=...)`."""
     return [*sample_texts(), *template_texts()]
-
-
-def __getattr__(attr: str) -> Any:
-    # Old imports (`from seedcli.envs import EnvPool, list_games, ...`) meant ALFWorld's: keep them working.
-    if attr in {
-        "SPLITS",
-        "TASK_TYPES",
-        "AlfWorldGame",
-        "Game",
-        "list_games",
-        "resolve_data_root",
-        "resolve_split",
-        "select_games",
-    }:
-        return getattr(importlib.import_module("seedcli.envs.alfworld"), attr)
-    raise AttributeError(f"module 'seedcli.envs' has no attribute {attr!r}")
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The environment protocol: everything a stage may know about an environment (DESIGN.md §2).
+"""The environment protocol: everything a stage may know about an environment (docs/design.md §2).
 
 An environment is a subclass of `Environment` registered by name in `seedcli/envs/__init__.py`. Stages, the rollout
 loop, rescoring, annotate, sft, rl, eval and reporting use only what is declared here; nothing outside
@@ -20,11 +20,17 @@ What an environment supplies (class attributes are constants; methods have a def
     analysis    `analysis_description` (first sentence of the analysis prompt), `rules_skill(trajectory)`,
                 `leaks(trajectory, skill)` (spans of the skill that leak this episode's hindsight facts)
     policies    `expert_response(result)`, `random_response(result, rng)`
-    eval        `categories`, `category_names`, `category_label`, `task_noun`, `eval_splits`, `metric_labels`
-                (results.json keys, headline first: macro_success, micro_success, mean_score, macro_score),
-                `paper_model`, `paper_results`, `paper_note`, `offline_note`
+    eval        `categories`, `eval_splits`, `limit_per_category`, `counted_actions`, `reports_reward`
     tokenizer   `sample_texts()`, `template_texts()`: text the tiny models' tokenizer is trained on
     skills      `canonical_category(name)`: the category a static skill library's key names (aliases allowed)
+    card        `card` (`seedcli.envs.card.EnvCard`): what reports say about it — metric labels (results.json keys,
+                headline first), category display names, what a task and a category are called, the paper's
+                numbers and notes
+
+Each environment's package has the same files (tests/unit/test_layout.py checks them): `env.py` (the Environment
+subclass), `game.py` and/or `data.py` (the simulator, the dataset), `episode.py` (its EnvGame), `prompt.py` (templates,
+the turn prompt, tokenizer text), `projection.py` (reply -> action and validity), `reward.py` (what the trainer's
+reward is made of, and the leak rule), `rules.py` (the offline rules analyzer) and `expert.py`.
 
 Environment instances are cheap to make: data is read lazily (in `list_tasks` / `new_game`), so a stage can ask
 `get_env(name).parse_action(...)` without any data installed.
@@ -32,25 +38,21 @@ Environment instances are cheap to make: data is read lazily (in `list_tasks` / 
 
 from __future__ import annotations
 
+import io
 import os
 import random
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from seedcli.envs.card import EnvCard
 from seedcli.errors import UserError
-from seedcli.prompts import SKILL_HEADING as SKILL_HEADING  # re-exported: the skill block's text
-from seedcli.prompts import SKILL_INSTRUCTION as SKILL_INSTRUCTION
 from seedcli.prompts import insert_after_line, insert_step_skill
-
-THINK_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL)
-
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,8 +136,8 @@ class EnvGame(Protocol):
 class Environment(ABC):
     """Base class of every environment; see the module docstring for what a subclass supplies."""
 
-    name: ClassVar[str]  # registry name: alfworld | webshop | search
-    title: ClassVar[str]  # display name in reports: "ALFWorld"
+    name: ClassVar[str]  # registry name (`seedcli.envs.ENV_NAMES`): alfworld, webshop, search, sokoban, ezpoints
+    title: ClassVar[str]  # display name in reports and messages: "ALFWorld"
     prompt_version: ClassVar[str]  # bump whenever render_prompt's text changes
     task_line_prefix: ClassVar[str]  # the skill block goes after the line that holds this text
     max_steps: ClassVar[int]  # default turns per episode
@@ -150,15 +152,7 @@ class Environment(ABC):
     eval_splits: ClassVar[tuple[str, ...]]  # canonical splits eval accepts; the first is the default
     val_split: ClassVar[str]  # canonical split rl validates on
     categories: ClassVar[tuple[str, ...]]  # known categories in report order ((): discovered from the tasks)
-    category_names: ClassVar[dict[str, str]] = {}  # category -> display name
     category_aliases: ClassVar[dict[str, str]] = {}  # other names a static skill library may use -> category
-    category_label: ClassVar[str] = "category"  # what a category is called in reports: "task type"
-    task_noun: ClassVar[str] = "task"  # what a task is called in reports: "game", "goal", "question"
-    metric_labels: ClassVar[dict[str, str]]  # results.json key -> label; the first is the headline
-    paper_note: ClassVar[str] = ""  # a line under the paper table (where the numbers come from, what is missing)
-    offline_note: ClassVar[str] = ""  # a line in every report on how offline data differs from the paper's
-    paper_model: ClassVar[str] = "Qwen2.5-3B"
-    paper_results: ClassVar[dict[str, dict[str, dict[str, float]]]] = {}  # split -> method -> key -> fraction
     analysis_description: ClassVar[str]  # first sentence of the analysis prompt: who the analyst is, what it reads
     rules_version: ClassVar[str] = "rules-v1"  # version of rules_skill's text (annotate's cache key); bump on change
     limit_per_category: ClassVar[bool] = False  # `seed eval --limit N`: N per category (True) or N in all, balanced
@@ -168,6 +162,7 @@ class Environment(ABC):
     reports_reward: ClassVar[bool] = False  # eval reports the mean episode return (the sum of StepResult.reward)
     split_file: ClassVar[str] = ""  # what a split given as a file path holds ("": only the named splits)
     options_model: ClassVar[type[EnvOptions]] = EnvOptions  # the `env_options` this environment takes
+    card: ClassVar[EnvCard]  # what reports say about it (seedcli.envs.card)
 
     def __init__(self, data_root: str | None = None, **options: Any):
         self.data_root = data_root
@@ -192,8 +187,6 @@ class Environment(ABC):
             err = exc.errors()[0]
             key = ".".join(str(x) for x in err["loc"]) or "?"
             if err["type"] == "extra_forbidden":
-                from difflib import get_close_matches
-
                 close = get_close_matches(key, known, n=1, cutoff=0.5)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 raise UserError(f"unknown {cls.title} option '{key}' in env_options{hint} ({takes})") from None
@@ -290,7 +283,7 @@ class Environment(ABC):
         earlier turns, of which the last `history_length` are shown."""
 
     def insert_skill(self, prompt: str, skill: str) -> str:
-        """The skill-augmented prompt: the skill block right after the task line (DESIGN.md §1, stage 2 step 3)."""
+        """The skill-augmented prompt: the skill block right after the task line (docs/design.md §1, stage 2 step 3)."""
         return insert_after_line(prompt, self.task_line_prefix, skill)
 
     def insert_step_skill(self, prompt: str, skill: str) -> str:
@@ -333,12 +326,7 @@ class Environment(ABC):
         answer, the goal product, where the target was, the moves); empty when none. The default finds none."""
         return []
 
-    # -- eval and tokenizer ---------------------------------------------------------------------------------------
-
-    @classmethod
-    def category_name(cls, category: str) -> str:
-        """Display name of a category in reports."""
-        return cls.category_names.get(category, category.replace("_", " ").title())
+    # -- tokenizer ------------------------------------------------------------------------------------------------
 
     def sample_texts(self) -> list[str]:
         """Text for the tiny tokenizer: prompts and observations as this env renders them. May read data; an env
@@ -394,23 +382,11 @@ def select_balanced(
 def encode_png(pixels) -> bytes:
     """A uint8 H×W×3 array as PNG bytes (deterministic: the same pixels give the same bytes, so the sha256 names
     the image)."""
-    import io
-
-    from PIL import Image
+    from PIL import Image  # lazy: only the visual environments draw images
 
     buf = io.BytesIO()
     Image.fromarray(pixels, "RGB").save(buf, format="PNG")
     return buf.getvalue()
-
-
-def parse_think_action(response: str) -> tuple[str, bool]:
-    """ALFWorld's rule: the last `<action>…</action>`, lower-cased with whitespace collapsed; valid when a
-    `<think>…</think>` block is present and the action is non-empty."""
-    think = THINK_RE.search(response)
-    actions = ACTION_RE.findall(response)
-    action = actions[-1].strip().lower() if actions else ""
-    action = " ".join(action.split())
-    return action, bool(think) and bool(action)
 
 
 def merge_spans(spans) -> list[tuple[int, int]]:

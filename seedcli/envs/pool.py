@@ -13,6 +13,7 @@ environment from `env.spec()` and keeps one `EnvGame` per slot it hosts (slot ->
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -21,9 +22,11 @@ import time
 import traceback
 import weakref
 from collections.abc import Sequence
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from seedcli.envs import get_env
 from seedcli.envs.base import EnvGame, Environment, StepResult, Task
 from seedcli.errors import UserError
 
@@ -45,10 +48,6 @@ def _worker_main(fd: int, env_name: str, spec_json: str, expert: bool | str) -> 
 
 def _serve(fd: int, env_name: str, spec_json: str, expert: bool | str) -> None:
     """Worker loop: serve ("reset", [(slot, task)]) / ("step", [(slot, action)]) / ("close",) over connection `fd`."""
-    from multiprocessing.connection import Connection
-
-    from seedcli.envs import get_env
-
     # Ctrl-C reaches the whole process group: the parent handles it and closes the pool; no worker tracebacks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Anything an environment's libraries print goes to stderr, never into the parent's stdout.
@@ -89,8 +88,6 @@ def _serve(fd: int, env_name: str, spec_json: str, expert: bool | str) -> None:
 
 class _Worker:
     def __init__(self, index: int, env: Environment, expert: bool | str, extra_env: dict[str, str]):
-        import multiprocessing
-
         self.index = index
         self.conn, child = multiprocessing.Pipe()
         environ = dict(os.environ)

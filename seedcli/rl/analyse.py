@@ -1,4 +1,4 @@
-"""Phase 2 of an update (DESIGN.md §1, Stage 2 step 2) and what is done to its skills before the teacher sees them:
+"""Phase 2 of an update (docs/design.md §1, Stage 2 step 2) and what is done to its skills before the teacher sees them:
 π_old writes a hindsight skill per finished episode (`analyse`: greedy, the shared analysis prompt and parser; or the
 static library, or the environment's rules analyzer), every rank's episodes and skills are gathered
 (`gather_episodes`), then `leak_guard` masks or drops the spans of a skill the environment's leak rule finds

@@ -1,4 +1,4 @@
-"""How samples are grouped for a forward pass (DESIGN.md §1, Stage 2 step 5): mini-batch plans, length packing and
+"""How samples are grouped for a forward pass (docs/design.md §1, Stage 2 step 5): mini-batch plans, length packing and
 collation.
 
 One epoch: the update's turn-samples are shuffled (seeded) into round(n / mini_batch) mini-batches of equal size

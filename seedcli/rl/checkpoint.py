@@ -1,4 +1,4 @@
-"""The checkpoints that let a run stop and continue (DESIGN.md §1, Stage 2): `checkpoints/step_NNNNNN/` with the
+"""The checkpoints that let a run stop and continue (docs/design.md §1, Stage 2): `checkpoints/step_NNNNNN/` with the
 actor in Hugging Face format, the optimizer, the fp32 master weights when the model is saved in a lower precision,
 every rank's RNG state and state.json (sampler position, non-finite streak, the update's metrics); `latest` points
 at the newest. A resumed run restores the optimizer and the RNG states and continues exactly.

@@ -1,4 +1,4 @@
-"""What the phases of an update share (DESIGN.md §1, Stage 2): the plan the algorithm switches choose and what each
+"""What the phases of an update share (docs/design.md §1, Stage 2): the plan the algorithm switches choose and what each
 update derives from it (λ_opd, the loss coefficients, seeds), the models on this rank (the rollout engine π_old,
 the actor θ, the frozen reference, AdamW), and one frozen bundle of what the stage hands in from the environment
 (`EnvHooks`: how a skill enters a prompt, the reward convention, the leak rule, the rules analyzer). rl/ imports no
@@ -37,7 +37,7 @@ from seedcli.rl.weight_sync import WeightSync
 
 @dataclasses.dataclass
 class Plan:
-    """What the algorithm switches decide (DESIGN.md §1: baselines are switches of the same loop)."""
+    """What the algorithm switches decide (docs/design.md §1: baselines are switches of the same loop)."""
 
     analyzer: str  # self | static | rules | none
     library: SkillLibrary | None

@@ -1,4 +1,4 @@
-"""Process groups, data-parallel wrapping and collectives for `seed rl` (DESIGN.md §5).
+"""Process groups, data-parallel wrapping and collectives for `seed rl` (docs/design.md §5).
 
 - CPU, one process: no process group; every collective here is the identity.
 - CPU, `--nproc N`: N processes under torchrun, gloo, DDP over the actor (gradients averaged across ranks).

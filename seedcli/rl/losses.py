@@ -1,6 +1,6 @@
 """SEED's per-token losses: PPO with dual clip, low-variance KL, on-policy distillation (OPD).
 
-Pure tensor math (DESIGN.md §1, stage 2 step 5). Every per-token tensor is [B, T] and every mask is a
+Pure tensor math (docs/design.md §1, stage 2 step 5). Every per-token tensor is [B, T] and every mask is a
 {0, 1} float tensor of the same shape; each loss is a token mean over the mask of its micro-batch, or, given
 `denom`, a sum over the mask divided by `denom` — the token count of the whole mini-batch across ranks, so that
 micro-batches of different sizes weigh each token the same and results do not depend on world or micro-batch size.

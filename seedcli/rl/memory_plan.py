@@ -1,6 +1,6 @@
 """Expected per-GPU memory of `seed rl` for a model shape and a config, before anything is launched.
 
-`bench/memory_plan.py` prints it; the GPU smoke compares it with what it measures. The model (DESIGN.md §5): FSDP2
+`bench/memory_plan.py` prints it; the GPU smoke compares it with what it measures. The model (docs/design.md §5): FSDP2
 shards the fp32 master weights, their gradients (reduce-scattered every micro-batch) and AdamW's two moments over
 the ranks; the frozen reference is sharded in bf16; one decoder layer at a time is gathered in bf16 (two with
 prefetch) plus the root group (embeddings, lm_head), which a trainable model keeps gathered from forward to

@@ -1,4 +1,4 @@
-"""The update's metrics.jsonl record (DESIGN.md §1, Stage 2): what the phases returned (the rewards the turn-samples
+"""The update's metrics.jsonl record (docs/design.md §1, Stage 2): what the phases returned (the rewards the turn-samples
 were scored with, the trainer's losses, the refresh's proof), summed over the ranks where they differ, and the seconds
 and GPU memory of each phase (`PhaseLog`).
 """

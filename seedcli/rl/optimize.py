@@ -1,4 +1,4 @@
-"""One policy update on re-scored turn-samples (DESIGN.md §1, Stage 2 step 5): the loss of a micro-batch and the
+"""One policy update on re-scored turn-samples (docs/design.md §1, Stage 2 step 5): the loss of a micro-batch and the
 optimiser loop over the update's mini-batches.
 
 L = L_ppo + kl_coef·KL − entropy_coef·H + opd_coef·L_opd, each a token mean over the whole mini-batch across
@@ -43,7 +43,7 @@ class TrainingStopped(UserError):
 
 @dataclass
 class LossWeights:
-    """The coefficients of DESIGN.md §1 step 5 (the paper's values by default)."""
+    """The coefficients of docs/design.md §1 step 5 (the paper's values by default)."""
 
     clip_eps: float = 0.2
     dual_clip: float = 3.0

@@ -1,4 +1,4 @@
-"""Phase 3 of an update (DESIGN.md §1, Stage 2 steps 3 and 4): the update's turn-samples, their advantages, and
+"""Phase 3 of an update (docs/design.md §1, Stage 2 steps 3 and 4): the update's turn-samples, their advantages, and
 their response tokens re-scored without gradient under each context.
 
 `rescore`: the batch's skills after `leak_guard` (and `opd_contrast`'s other skills, rl/analyse.py), the turn-samples

@@ -1,4 +1,4 @@
-"""Turn-samples and their scores (DESIGN.md §1, Stage 2 steps 1 and 4).
+"""Turn-samples and their scores (docs/design.md §1, Stage 2 steps 1 and 4).
 
 Every turn of every episode becomes one turn-sample: prompt ids = the exact ids the policy saw (the chat template
 applied to that turn's user message), response ids = the tokens it sampled. Its score is the training reward

@@ -1,4 +1,4 @@
-"""One SEED update, the paper's Algorithm 1 (DESIGN.md §1, Stage 2 steps 1-5 and the weight refresh), phase by phase:
+"""One SEED update, the paper's Algorithm 1 (docs/design.md §1, Stage 2 steps 1-5 and the weight refresh), phase by phase:
 
   roll out   π_old plays this rank's share of the games, `group` times each (the stage's `Rollout`: seedcli.rollout
              knows the environments, rl/ does not); under `rollout: async` π_old analyses each episode as it ends

@@ -1,4 +1,4 @@
-"""The rollout engine kept on the trainer's weights (DESIGN.md §1, Stage 2): sleep and wake in stages, the streamed
+"""The rollout engine kept on the trainer's weights (docs/design.md §1, Stage 2): sleep and wake in stages, the streamed
 weight refresh after every update, and the proofs that it holds the trainer's weights (`WeightSync`).
 
 The proof of a refresh: exact checksums of some of the engine's own tensors against the trainer's (they see one

@@ -25,8 +25,11 @@ from seedcli.config import EvalConfig
 from seedcli.envs.base import Environment, Task
 from seedcli.errors import UserError
 from seedcli.images import check_images
+from seedcli.report.commands import write_eval_outputs
+from seedcli.report.markdown import metric_text
+from seedcli.report.results import summarize_episodes
 from seedcli.rollout import EpisodeSpec, ExpertPolicy, ModelPolicy, RandomPolicy
-from seedcli.stages.collect import (
+from seedcli.stages.common import (
     check_model_dir,
     check_model_sees,
     image_outputs,
@@ -76,7 +79,7 @@ def only_categories(env: Environment, tasks: list[Task], wanted: list[str]) -> l
         cat = name if name in present else env.canonical_category(name)
         if cat not in present:
             raise UserError(
-                f"--datasets {name}: the split has no such {env.category_label}; it has {', '.join(present)}"
+                f"--datasets {name}: the split has no such {env.card.category_label}; it has {', '.join(present)}"
             )
         chosen.append(cat)
     return [t for t in tasks if t.category in set(chosen)]
@@ -109,13 +112,11 @@ def env_setup(env: Environment, cfg: EvalConfig) -> dict:
 def headline_metrics(env: Environment, results: dict) -> dict:
     """The metrics of the run's summary, the environment's headline first (ALFWorld: macro success; WebShop: score;
     search: exact match averaged over data sources), then the rest."""
-    from seedcli.reporting import metric_text
-
-    headline = next(iter(env.metric_labels))
+    headline = next(iter(env.card.metric_labels))
     value = metric_text(results, headline)
-    metrics: dict = {"env": env.name, "headline": f"{env.metric_labels[headline]} {value} ({headline})"}
+    metrics: dict = {"env": env.name, "headline": f"{env.card.metric_labels[headline]} {value} ({headline})"}
     keys = (
-        *env.metric_labels,
+        *env.card.metric_labels,
         "macro_success",
         "micro_success",
         "mean_score",
@@ -131,8 +132,6 @@ def headline_metrics(env: Environment, results: dict) -> dict:
 
 
 def run(cfg: EvalConfig) -> Manifest:
-    from seedcli.reporting import summarize_episodes, write_eval_outputs
-
     env = make_env(cfg)
     split = env.resolve_split(cfg.split)
     if split not in env.eval_splits:

@@ -1,4 +1,4 @@
-"""`seed rl`: GRPO + self-evolving on-policy distillation (DESIGN.md §1, Stage 2), one update repeated `--steps` times.
+"""`seed rl`: GRPO + self-evolving on-policy distillation (docs/design.md §1, Stage 2), one update repeated `--steps` times.
 
 One update (`rl.update.update`, the paper's Algorithm 1), each phase one call:
   roll out     π_old plays `batch_tasks` training games `group` times each (`_Rollout.play`, seedcli.rollout)
@@ -44,6 +44,7 @@ from seedcli.config import RLConfig
 from seedcli.errors import UserError
 from seedcli.images import IMAGES_DIR, run_images
 from seedcli.rl.checkpoint import (
+    CHECKPOINTS,
     checkpoint_dtype,
     latest_checkpoint,
     load_optimizer_and_rng,
@@ -75,7 +76,6 @@ WORKER_ERROR = "worker_error.txt"
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 SAMPLES = "samples.jsonl"
-CHECKPOINTS = "checkpoints"
 MAX_NONFINITE = 3
 
 
@@ -111,12 +111,12 @@ def skill_categories(env_name: str) -> SkillCategories:
     from seedcli.envs import get_env
 
     env = get_env(env_name)
-    return SkillCategories(env.canonical_category, tuple(env.categories), env.category_label, env.title)
+    return SkillCategories(env.canonical_category, tuple(env.categories), env.card.category_label, env.title)
 
 
 def resolve_start_model(cfg: RLConfig) -> tuple[Path, tuple[Path, Manifest] | None]:
     """The starting model (actor and frozen reference): --model DIR, or an sft run's model/."""
-    from seedcli.stages.collect import check_model_dir
+    from seedcli.stages.common import check_model_dir
 
     if cfg.model and cfg.from_run:
         raise UserError("pass either --from RUN (an sft run) or --model DIR, not both")
@@ -148,7 +148,7 @@ def world_size(cfg: RLConfig) -> int:
 
 def run(cfg: RLConfig) -> Manifest:
     from seedcli.rl.distributed import launch, torchrun_command
-    from seedcli.stages.collect import make_env
+    from seedcli.stages.common import make_env
 
     plan = resolve_plan(cfg)
     model_dir, source = resolve_start_model(cfg)
@@ -156,7 +156,7 @@ def run(cfg: RLConfig) -> Manifest:
     env = make_env(cfg)
     if not env.list_tasks(env.resolve_split(cfg.split)):  # missing data is a UserError here, before any launch
         raise UserError(f"no {cfg.split} tasks for {env.title}; check --data-root")
-    from seedcli.stages.collect import check_model_sees
+    from seedcli.stages.common import check_model_sees
 
     check_model_sees(env, model_dir, "--from" if source is not None else "--model")
     multi_node = bool(cfg.torchrun_args)
@@ -246,7 +246,7 @@ def _follower_node(cfg: RLConfig, model_dir: Path, world: int) -> Manifest:
 def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     """The training loop on this process (rank); rank 0 writes metrics, samples, checkpoints and summary.json."""
     from seedcli.rl import distributed as D
-    from seedcli.stages.collect import make_env
+    from seedcli.stages.common import make_env
 
     plan = resolve_plan(cfg)
     info = _start_rank(cfg)
@@ -488,7 +488,7 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env, r
     """What the phases share; from the environment only how a skill enters its prompt, its reward convention, its
     leak rule and its rules analyzer (`EnvHooks`)."""
     from seedcli.precision import compute_dtype_name
-    from seedcli.stages.collect import settings_from
+    from seedcli.stages.common import settings_from
 
     # the probe's allowed drift beyond its calibration (a warning): float noise when both sides are fp32 (CPU, or a
     # shared model); looser for a bf16 engine (vLLM or hf) against a bf16 trainer (FSDP or autocast)

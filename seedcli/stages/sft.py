@@ -1,4 +1,4 @@
-"""`seed sft`: hindsight-skill SFT (DESIGN.md §1, Stage 1 step 3) — the policy learns to write the skill JSON from the
+"""`seed sft`: hindsight-skill SFT (docs/design.md §1, Stage 1 step 3) — the policy learns to write the skill JSON from the
 analysis prompt, with the loss on the JSON only. TRL's SFTTrainer does the training; PEFT the optional LoRA.
 
 CPU smoke run on the tiny pipeline (base model = the collect run's policy):

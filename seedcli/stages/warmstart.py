@@ -47,14 +47,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from seedcli.envs.alfworld import (
-    AGENT_PROMPT_VERSION,
-    EnvPool,
-    format_response,
-    list_games,
-    resolve_data_root,
-    select_games,
-)
+from seedcli.envs.alfworld.data import list_games, resolve_data_root, select_games
+from seedcli.envs.alfworld.pool import EnvPool
+from seedcli.envs.alfworld.projection import format_response
+from seedcli.envs.alfworld.prompt import AGENT_PROMPT_VERSION
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION
 from seedcli.records import JsonlWriter, Trajectory, iter_jsonl
 from seedcli.rollout import EpisodeSpec, Generated, RolloutSettings, _derive_seed, play_episodes

@@ -8,7 +8,10 @@ import sys
 
 import pytest
 
-from seedcli.envs.alfworld import AlfWorldGame, EnvPool, StepResult, list_games, select_games
+from seedcli.envs.alfworld.data import list_games, select_games
+from seedcli.envs.alfworld.episode import AlfWorldGame
+from seedcli.envs.alfworld.pool import EnvPool
+from seedcli.envs.base import StepResult
 from seedcli.errors import UserError
 
 

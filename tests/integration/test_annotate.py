@@ -23,7 +23,7 @@ from seedcli.analyzers.policy import analyze_with_engine
 from seedcli.analyzers.rules import rules_skill
 from seedcli.artifacts import manifest_sha256, open_run, read_manifest
 from seedcli.config import AnnotateConfig, CollectConfig
-from seedcli.envs.alfworld import format_response
+from seedcli.envs.alfworld.projection import format_response
 from seedcli.envs.alfworld.rules import parse_goal
 from seedcli.errors import UserError
 from seedcli.records import Trajectory, Turn, read_jsonl, write_jsonl

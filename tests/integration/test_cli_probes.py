@@ -9,7 +9,7 @@ import pytest
 
 from seedcli.envs import get_env
 from seedcli.errors import UserError
-from seedcli.stages.collect import check_model_sees
+from seedcli.stages.common import check_model_sees
 from tests.helpers_cli import seed_cli
 from tests.helpers_models import build_test_model
 

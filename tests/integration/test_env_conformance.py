@@ -12,9 +12,10 @@ import pytest
 
 from seedcli.config import EvalConfig
 from seedcli.envs import ENV_NAMES, get_env
-from seedcli.envs.base import SKILL_HEADING, SKILL_INSTRUCTION, StepResult, Task
+from seedcli.envs.base import StepResult, Task
 from seedcli.envs.pool import EnvPool
 from seedcli.errors import UserError
+from seedcli.prompts import SKILL_HEADING, SKILL_INSTRUCTION
 from seedcli.records import Trajectory, read_jsonl
 from seedcli.rollout import EpisodeSpec, ExpertPolicy, RandomPolicy, RolloutSettings, play_episodes
 
@@ -57,15 +58,15 @@ def test_declares_the_protocol(env):
     assert env.advantage_norm in ("mean_std", "mean")
     assert env.resolve_split(env.train_split) == env.train_split
     assert all(env.resolve_split(s) == s for s in env.eval_splits)
-    assert env.metric_labels and set(env.metric_labels) <= {
+    assert env.card.metric_labels and set(env.card.metric_labels) <= {
         "macro_success",
         "micro_success",
         "mean_score",
         "macro_score",
     }
-    for rows in env.paper_results.values():
+    for rows in env.card.paper_results.values():
         for row in rows.values():
-            assert set(row) <= set(env.metric_labels) and all(0 < v <= 1 for v in row.values())
+            assert set(row) <= set(env.card.metric_labels) and all(0 < v <= 1 for v in row.values())
     assert env.analysis_description.startswith("You are an expert analyst") and env.analysis_description.endswith(".")
     with pytest.raises(UserError, match="unknown .*split"):
         env.resolve_split("no-such-split")
@@ -188,7 +189,7 @@ def test_pool_with_workers_keeps_order(env, tasks):
 
 
 def test_collect_resumes_where_it_stopped(env, tasks, tmp_path):
-    from seedcli.stages.collect import play_to_file
+    from seedcli.stages.common import play_to_file
 
     cfg = EvalConfig(env=env.name, workers=0)
     specs = [EpisodeSpec(f"g{i:04d}-r00", f"g{i:04d}", task=t) for i, t in enumerate(tasks)]

@@ -18,7 +18,7 @@ import pytest
 from seedcli.analyzers import analysis_messages
 from seedcli.artifacts import open_run, read_manifest, verify_run
 from seedcli.config import AnnotateConfig, CollectConfig, SFTConfig, build_config
-from seedcli.envs.alfworld import format_response
+from seedcli.envs.alfworld.projection import format_response
 from seedcli.errors import UserError
 from seedcli.records import SkillRecord, Trajectory, Turn, iter_jsonl, read_jsonl, write_jsonl
 from seedcli.sftdata import IGNORE_INDEX, Example, completion_text

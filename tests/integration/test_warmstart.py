@@ -9,15 +9,10 @@ import json
 
 import pytest
 
-from seedcli.envs.alfworld import (
-    ALFWORLD_ANALYSIS_DESCRIPTION,
-    AlfWorldGame,
-    format_response,
-    list_games,
-    parse_action,
-    render_agent_prompt,
-    select_games,
-)
+from seedcli.envs.alfworld.data import list_games, select_games
+from seedcli.envs.alfworld.episode import AlfWorldGame
+from seedcli.envs.alfworld.projection import format_response, parse_action
+from seedcli.envs.alfworld.prompt import ALFWORLD_ANALYSIS_DESCRIPTION, render_agent_prompt
 from tests.helpers_models import SMALL_SHAPE
 
 pytest.importorskip("alfworld")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seedcli.envs.alfworld import (
+from seedcli.envs.alfworld.data import (
     SHORT_TASK_TYPES,
     SPLITS,
     TASK_TYPES,
@@ -162,7 +162,7 @@ def test_resolve_data_root_not_found_message(tmp_path):
     # the package whose "repository" has no data next to it.
     pkg = tmp_path / "repo" / "seedcli"
     (pkg / "envs" / "alfworld").mkdir(parents=True)
-    for rel in ("__init__.py", "errors.py", "prompts.py", "envs/base.py", "envs/pool.py"):
+    for rel in ("__init__.py", "errors.py", "prompts.py", "envs/base.py", "envs/card.py", "envs/pool.py"):
         (pkg / rel).write_text((REPO / "seedcli" / rel).read_text())
     for src in (REPO / "seedcli" / "envs" / "alfworld").glob("*.py"):
         (pkg / "envs" / "alfworld" / src.name).write_text(src.read_text())
@@ -171,7 +171,7 @@ def test_resolve_data_root_not_found_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}
     env["PYTHONPATH"] = str(tmp_path / "repo")
     code = (
-        "from seedcli.envs.alfworld import resolve_data_root\n"
+        "from seedcli.envs.alfworld.data import resolve_data_root\n"
         "from seedcli.errors import UserError\n"
         "try:\n    resolve_data_root()\nexcept UserError as e:\n    print(e)\n"
     )
@@ -183,7 +183,7 @@ def test_resolve_data_root_not_found_message(tmp_path):
 
 
 def test_module_does_not_import_torch_or_alfworld():
-    code = "import sys, seedcli.envs.alfworld; print('torch' in sys.modules, 'alfworld' in sys.modules)"
+    code = "import sys, seedcli.envs.alfworld.env; print('torch' in sys.modules, 'alfworld' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,

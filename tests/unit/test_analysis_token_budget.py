@@ -10,7 +10,7 @@ import pytest
 from seedcli.analyzers import analysis_messages
 from seedcli.analyzers.policy import SelfAnalysis, analyze_with_engine, fit_analysis_prompt, message_tokens
 from seedcli.engines.base import Completion, render_chat
-from seedcli.envs.sokoban.env import ANALYSIS_DESCRIPTION
+from seedcli.envs.sokoban.prompt import ANALYSIS_DESCRIPTION
 from seedcli.errors import UserError
 from seedcli.images import ImageStore
 from seedcli.prompts import render_trajectory_analysis

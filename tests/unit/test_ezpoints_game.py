@@ -13,8 +13,16 @@ import random
 import numpy as np
 import pytest
 
-from seedcli.envs.ezpoints import ACTION_NAMES, EZPoints, solve, test_seeds, train_seeds
-from seedcli.envs.ezpoints.game import evaluate, has_original_font, resolve_data_root
+from seedcli.envs.ezpoints.expert import solve
+from seedcli.envs.ezpoints.game import (
+    ACTION_NAMES,
+    EZPoints,
+    evaluate,
+    has_original_font,
+    resolve_data_root,
+    test_seeds,
+    train_seeds,
+)
 from seedcli.errors import UserError
 
 # seed -> (info["Cards"], info["Numbers"]) after the original's reset(seed=seed)

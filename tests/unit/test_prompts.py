@@ -1,11 +1,10 @@
 import pytest
 
-from seedcli.envs.alfworld import (
+from seedcli.envs.alfworld.projection import format_response, parse_action
+from seedcli.envs.alfworld.prompt import (
     ALFWORLD_ANALYSIS_DESCRIPTION,
     TASK_LINE_PREFIX,
-    format_response,
     insert_skill,
-    parse_action,
     render_agent_prompt,
 )
 from seedcli.prompts import SKILL_HEADING, SKILL_INSTRUCTION, insert_after_line, render_analysis_prompt

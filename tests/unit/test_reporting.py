@@ -8,11 +8,25 @@ from pathlib import Path
 import orjson
 import pytest
 
-from seedcli import reporting
+from seedcli.envs import env_class
 from seedcli.errors import UserError
 from seedcli.records import Trajectory, Turn
+from seedcli.report import plots
+from seedcli.report.commands import plot_command, report_command, write_eval_outputs
+from seedcli.report.compare import compare_runs
+from seedcli.report.markdown import render_report
+from seedcli.report.plots import (
+    plot_compare,
+    plot_histogram,
+    plot_lines,
+    plot_success_by_type,
+    plot_training_curves,
+    read_metrics,
+)
+from seedcli.report.results import load_results, summarize_episodes
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ALFWORLD = env_class("alfworld")
 
 
 def turn(step: int, valid: bool = True, tokens: int = 5) -> Turn:
@@ -62,7 +76,7 @@ def episodes() -> list[Trajectory]:
 
 @pytest.fixture
 def results(episodes) -> dict:
-    return reporting.summarize_episodes(episodes, split="unseen", partial=True, expected_games=134, wall_time_s=75.5)
+    return summarize_episodes(episodes, split="unseen", partial=True, expected_games=134, wall_time_s=75.5)
 
 
 def test_summary_counts_and_rates_by_hand(results):
@@ -77,7 +91,7 @@ def test_summary_counts_and_rates_by_hand(results):
     }
     assert results["categories"]["look"] == {"games": 1, "wins": 0, "success_rate": 0.0, "mean_score": 0.0}
     assert results["categories"]["heat"] == {"games": 0, "wins": 0, "success_rate": None, "mean_score": None}
-    assert list(results["categories"]) == reporting.TASK_TYPES_ORDER
+    assert list(results["categories"]) == list(ALFWORLD.categories)
     assert results["env"] == "alfworld" and results["mean_score"] == pytest.approx(0.5)
     # macro over the two types that have games: (2/3 + 0) / 2; micro: 2 wins of 4 games
     assert results["macro_success"] == pytest.approx((2 / 3 + 0) / 2, abs=1e-6)
@@ -95,9 +109,7 @@ def test_summary_counts_and_rates_by_hand(results):
 def test_summary_mixed_agents_and_unknown_type(episodes):
     other = episode(9, "slice", True, [turn(1)])
     other.model_id = "other-model"
-    res = reporting.summarize_episodes(
-        episodes + [other], split="seen", partial=False, expected_games=140, wall_time_s=1.0
-    )
+    res = summarize_episodes(episodes + [other], split="seen", partial=False, expected_games=140, wall_time_s=1.0)
     assert list(res["categories"])[-1] == "slice"
     assert res["agent"]["model_id"] == ["other-model", "tiny-qwen"]
     assert res["macro_success"] == pytest.approx((2 / 3 + 0 + 1) / 3, abs=1e-6)
@@ -105,20 +117,20 @@ def test_summary_mixed_agents_and_unknown_type(episodes):
 
 
 def test_summary_of_no_episodes_has_no_rates():
-    res = reporting.summarize_episodes([], split="unseen", partial=True, expected_games=134, wall_time_s=0.0)
+    res = summarize_episodes([], split="unseen", partial=True, expected_games=134, wall_time_s=0.0)
     assert res["macro_success"] is None and res["micro_success"] is None and res["invalid_action_rate"] is None
-    assert "—" in reporting.render_report(res, title="t", model_desc="m", run_id="r")
+    assert "—" in render_report(res, title="t", model_desc="m", run_id="r")
 
 
 def test_report_marks_partial_and_places_paper_rows(results):
-    md = reporting.render_report(results, title="Eval", model_desc="tiny-qwen", run_id="run-42")
+    md = render_report(results, title="Eval", model_desc="tiny-qwen", run_id="run-42")
     assert "Partial result: 4 of 134 games (--limit) — not comparable with the paper" in md
     assert "run-42" in md and "tiny-qwen" in md and "valid_unseen" in md
     assert "| Pick | 3 | 2 | 66.7% |" in md
     assert "| Look | 1 | 0 | 0.0% |" in md
     assert "**33.3%**" in md  # macro
     assert "| Micro average | 4 | 2 | 50.0% |" in md
-    assert "Paper (Qwen2.5-3B, DESIGN.md §1)" in md
+    assert "Paper (Qwen2.5-3B, docs/design.md §1)" in md
     assert "| SEED (paper) | 86.2% |" in md and "| GRPO (paper) | 70.9% |" in md
     assert "| SDAR (paper)" not in md  # the paper gives SDAR on valid_seen only
     # the baseline rows come from SDAR's paper, which ran ALFWorld with 50 steps (SEED: 30)
@@ -128,15 +140,15 @@ def test_report_marks_partial_and_places_paper_rows(results):
 
 
 def test_full_seen_report_is_not_partial(episodes):
-    res = reporting.summarize_episodes(episodes, split="valid_seen", partial=False, expected_games=4, wall_time_s=3)
-    md = reporting.render_report(res, title="Eval", model_desc="m", run_id="r")
+    res = summarize_episodes(episodes, split="valid_seen", partial=False, expected_games=4, wall_time_s=3)
+    md = render_report(res, title="Eval", model_desc="m", run_id="r")
     assert "Partial" not in md and "Incomplete" not in md
     assert "| SEED (paper) | 91.8% |" in md and "| Vanilla (paper) | 21.9% |" in md and "| SDAR (paper) | 84.4% |" in md
 
 
 def test_paper_results_are_the_design_card_macros():
-    seen = {m: round(100 * v["macro_success"], 1) for m, v in reporting.PAPER_RESULTS["valid_seen"].items()}
-    unseen = {m: round(100 * v["macro_success"], 1) for m, v in reporting.PAPER_RESULTS["valid_unseen"].items()}
+    seen = {m: round(100 * v["macro_success"], 1) for m, v in ALFWORLD.card.paper_results["valid_seen"].items()}
+    unseen = {m: round(100 * v["macro_success"], 1) for m, v in ALFWORLD.card.paper_results["valid_unseen"].items()}
     assert seen == {"Vanilla": 21.9, "GRPO": 75.0, "SDAR": 84.4, "SEED": 91.8}
     assert unseen == {"GRPO": 70.9, "SEED": 86.2}
 
@@ -158,23 +170,24 @@ def test_success_plot_png_and_partial_title(results, tmp_path, monkeypatch):
         return set_title(self, label, *args, **kwargs)
 
     monkeypatch.setattr(matplotlib.axes.Axes, "set_title", recording_set_title)
-    _png(reporting.plot_success_by_type(results, tmp_path / "s.png"))
+    _png(plot_success_by_type(results, tmp_path / "s.png"))
     assert titles and "PARTIAL: 4 of 134 games" in titles[-1]
     full = dict(results, partial=False, expected_games=4)
-    _png(reporting.plot_success_by_type(full, tmp_path / "full.png"))
+    _png(plot_success_by_type(full, tmp_path / "full.png"))
     assert "PARTIAL" not in titles[-1]
 
 
-def test_reporting_does_not_import_torch():
+def test_report_imports_neither_torch_nor_matplotlib():
     import subprocess
 
-    code = "import sys, seedcli.reporting; assert 'torch' not in sys.modules; assert 'matplotlib' not in sys.modules"
+    modules = ", ".join(f"seedcli.report.{m}" for m in ("results", "markdown", "compare", "plots", "commands"))
+    code = f"import sys, {modules}; assert 'torch' not in sys.modules; assert 'matplotlib' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_compare_table_and_plot(results, episodes, tmp_path):
-    full = reporting.summarize_episodes(episodes[:2], split="unseen", partial=False, expected_games=2, wall_time_s=1)
-    md = reporting.compare_runs([("GRPO", full), ("SEED", results)])
+    full = summarize_episodes(episodes[:2], split="unseen", partial=False, expected_games=2, wall_time_s=1)
+    md = compare_runs([("GRPO", full), ("SEED", results)])
     header = md.splitlines()[2]
     assert "GRPO" in header and "SEED (partial)" in header
     rows = {
@@ -188,12 +201,12 @@ def test_compare_table_and_plot(results, episodes, tmp_path):
     assert rows["Micro"] == ["100.0%", "50.0%"]
     assert rows["Mean length"] == ["2.5", "2.5"]
     assert "SEED: Partial result" in md
-    _png(reporting.plot_compare([("GRPO", full), ("SEED", results)], tmp_path / "c.png"))
+    _png(plot_compare([("GRPO", full), ("SEED", results)], tmp_path / "c.png"))
 
 
 def test_compare_warns_on_different_splits(results, episodes):
-    seen = reporting.summarize_episodes(episodes, split="seen", partial=False, expected_games=4, wall_time_s=1)
-    assert "different splits" in reporting.compare_runs([("a", seen), ("b", results)])
+    seen = summarize_episodes(episodes, split="seen", partial=False, expected_games=4, wall_time_s=1)
+    assert "different splits" in compare_runs([("a", seen), ("b", results)])
 
 
 def _write_metrics(path, rows):
@@ -232,7 +245,7 @@ def test_training_curves_two_runs(tmp_path):
         ],
     )
     out = tmp_path / "plots"
-    paths = reporting.plot_training_curves([("GRPO", grpo), ("SEED", seed)], out)
+    paths = plot_training_curves([("GRPO", grpo), ("SEED", seed)], out)
     names = [p.name for p in paths]
     assert names == [
         "reward.png",
@@ -246,8 +259,8 @@ def test_training_curves_two_runs(tmp_path):
     for p in paths:
         _png(p)
     # data behind the plots: NaN / None dropped, aliases resolved per run, val as its own series
-    runs = [("GRPO", reporting.read_metrics(grpo)), ("SEED", reporting.read_metrics(seed))]
-    fam = {stem: lines for stem, _, _, lines in reporting._curve_data(runs)}
+    runs = [("GRPO", read_metrics(grpo)), ("SEED", read_metrics(seed))]
+    fam = {stem: lines for stem, _, _, lines in plots._curve_data(runs)}
     assert [(r, s, k) for r, s, k, _, _ in fam["success_rate"]] == [
         ("GRPO", "train", "rollout/success_rate"),
         ("GRPO", "val", "val/success_rate"),
@@ -260,17 +273,17 @@ def test_training_curves_two_runs(tmp_path):
 
 def test_training_curves_skip_absent_metrics(tmp_path):
     m = _write_metrics(tmp_path / "m.jsonl", [{"step": 1, "reward/mean": 0.5}, {"reward/mean": 0.7}])
-    paths = reporting.plot_training_curves([("run", m)], tmp_path / "o")
+    paths = plot_training_curves([("run", m)], tmp_path / "o")
     assert [p.name for p in paths] == ["reward.png", "curves.png"]
     assert not (tmp_path / "o" / "kl.png").exists()
     # a record without a step is placed by its position
-    assert reporting._series(reporting.read_metrics(m), "reward/mean") == ([1.0, 2.0], [0.5, 0.7])
+    assert plots._series(read_metrics(m), "reward/mean") == ([1.0, 2.0], [0.5, 0.7])
 
 
 def test_metrics_half_written_last_line_is_ignored(tmp_path):
     m = tmp_path / "m.jsonl"
     m.write_text('{"step": 1, "reward/mean": 1}\n{"step": 2, "rew')
-    assert len(reporting.read_metrics(m)) == 1
+    assert len(read_metrics(m)) == 1
 
 
 @pytest.mark.parametrize(
@@ -286,26 +299,26 @@ def test_bad_metrics_files(tmp_path, content, message):
     m = tmp_path / "m.jsonl"
     m.write_text(content)
     with pytest.raises(UserError, match=message) as exc:
-        reporting.plot_training_curves([("r", m)], tmp_path / "o")
+        plot_training_curves([("r", m)], tmp_path / "o")
     assert "\n" not in str(exc.value)
 
 
 def test_metrics_without_known_keys(tmp_path):
     m = _write_metrics(tmp_path / "m.jsonl", [{"step": 1, "perf/throughput": 3.0}])
     with pytest.raises(UserError, match="none of the plotted metrics"):
-        reporting.plot_training_curves([("r", m)], tmp_path / "o")
+        plot_training_curves([("r", m)], tmp_path / "o")
 
 
 def test_report_command(results, tmp_path):
     run = tmp_path / "runs" / "eval" / "20250101T000000Z-abcdef12"
-    written = reporting.write_eval_outputs(run, results, run_id=run.name)
+    written = write_eval_outputs(run, results, run_id=run.name)
     assert {p.name for p in written.values()} == {"results.json", "report.md", "success_by_type.png"}
-    assert reporting.load_results(run) == orjson.loads(orjson.dumps(results))
-    out = reporting.report_command([run], tmp_path / "rep")
+    assert load_results(run) == orjson.loads(orjson.dumps(results))
+    out = report_command([run], tmp_path / "rep")
     assert set(out) == {"compare_md", "compare_png", "report_md", "success_png"}
     assert "Partial result" in out["report_md"].read_text()
     _png(out["compare_png"])
-    out2 = reporting.report_command([run, run / "results.json"], tmp_path / "rep2")
+    out2 = report_command([run, run / "results.json"], tmp_path / "rep2")
     assert set(out2) == {"compare_md", "compare_png"}
     header = out2["compare_md"].read_text().splitlines()[2]
     assert "abcdef12 (partial)" in header and "abcdef12 #2 (partial)" in header
@@ -315,15 +328,15 @@ def test_report_command_bad_inputs(tmp_path):
     not_eval = tmp_path / "runs" / "rl" / "x"
     not_eval.mkdir(parents=True)
     with pytest.raises(UserError, match="no results.json, so not an eval run"):
-        reporting.report_command([not_eval], tmp_path / "o")
+        report_command([not_eval], tmp_path / "o")
     with pytest.raises(UserError, match="no such file or directory"):
-        reporting.report_command([tmp_path / "missing"], tmp_path / "o")
+        report_command([tmp_path / "missing"], tmp_path / "o")
     (not_eval / "results.json").write_text("{oops")
     with pytest.raises(UserError, match="not valid JSON"):
-        reporting.load_results(not_eval)
+        load_results(not_eval)
     (not_eval / "results.json").write_text('{"split": "valid_seen"}')
     with pytest.raises(UserError, match="missing categories, macro_success"):
-        reporting.load_results(not_eval)
+        load_results(not_eval)
     assert not (tmp_path / "o" / "compare.md").exists()
 
 
@@ -332,10 +345,10 @@ def test_plot_command(tmp_path):
     run.mkdir(parents=True)
     (run / "manifest.json").write_text(json.dumps({"config": {"algo": "grpo"}}))
     _write_metrics(run / "metrics.jsonl", [{"step": s, "reward/mean": s, "actor/kl": math.sqrt(s)} for s in (1, 2)])
-    paths = reporting.plot_command([run], tmp_path / "plots")
+    paths = plot_command([run], tmp_path / "plots")
     assert [p.name for p in paths] == ["reward.png", "kl.png", "curves.png"]
     with pytest.raises(UserError, match="no metrics.jsonl"):
-        reporting.plot_command([tmp_path], tmp_path / "plots")
+        plot_command([tmp_path], tmp_path / "plots")
 
 
 def _webshop_episode(i: int, category: str, score: float) -> Trajectory:
@@ -355,11 +368,11 @@ def test_webshop_results_report_score_success_and_the_paper(tmp_path):
         _webshop_episode(1, "fashion", 0.5),
         _webshop_episode(2, "grocery", 0.25),
     ]
-    res = reporting.summarize_episodes(eps, split="test", partial=True, expected_games=500, wall_time_s=1.0)
+    res = summarize_episodes(eps, split="test", partial=True, expected_games=500, wall_time_s=1.0)
     assert res["env"] == "webshop" and res["split"] == "test"
     assert res["mean_score"] == pytest.approx(1.75 / 3, abs=1e-6) and res["micro_success"] == pytest.approx(1 / 3)
     assert res["macro_score"] == pytest.approx(0.5) and res["categories"]["fashion"]["mean_score"] == 0.75
-    md = reporting.render_report(res, title="WebShop test", model_desc="m", run_id="r")
+    md = render_report(res, title="WebShop test", model_desc="m", run_id="r")
     assert "## Score and success by product category" in md
     assert "| Product category | Goals | Wins | Success | Score |" in md
     assert "| Fashion | 2 | 1 | 50.0% | 75.0 |" in md
@@ -369,9 +382,9 @@ def test_webshop_results_report_score_success_and_the_paper(tmp_path):
     assert "| **This run** (partial) | **58.3** | **33.3%** |" in md  # score first (the headline), then success
     assert "| SEED (paper) | 88.5 | 78.9% |" in md
     assert "ALFWorld" not in md
-    reporting.write_eval_outputs(tmp_path, res, run_id="r")
+    write_eval_outputs(tmp_path, res, run_id="r")
     assert (tmp_path / "success_by_type.png").read_bytes()[:8] == PNG_MAGIC
-    assert reporting.load_results(tmp_path)["env"] == "webshop"
+    assert load_results(tmp_path)["env"] == "webshop"
 
 
 def test_schema1_results_still_load_and_report(tmp_path, results):
@@ -381,16 +394,16 @@ def test_schema1_results_still_load_and_report(tmp_path, results):
     }
     old["schema_version"] = 1
     (tmp_path / "results.json").write_text(json.dumps(old))
-    loaded = reporting.load_results(tmp_path)
-    assert loaded["env"] == "alfworld" and list(loaded["categories"]) == reporting.TASK_TYPES_ORDER
-    assert "| Pick | 3 | 2 | 66.7% |" in reporting.render_report(loaded, title="t", model_desc="m", run_id="r")
+    loaded = load_results(tmp_path)
+    assert loaded["env"] == "alfworld" and list(loaded["categories"]) == list(ALFWORLD.categories)
+    assert "| Pick | 3 | 2 | 66.7% |" in render_report(loaded, title="t", model_desc="m", run_id="r")
 
 
 def test_score_curve_is_drawn_when_a_run_logs_it(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     rows = [{"step": s, "reward/mean": 1.0, "reward/score_mean": 0.1 * s, "val/score": 0.05 * s} for s in (1, 2, 3)]
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    paths = reporting.plot_training_curves([("SEED", metrics)], tmp_path / "o")
+    paths = plot_training_curves([("SEED", metrics)], tmp_path / "o")
     assert [p.name for p in paths] == ["reward.png", "score.png", "curves.png"]
     _png(tmp_path / "o" / "score.png")
 
@@ -406,13 +419,13 @@ def _search_episode(i: int, source: str, em: bool) -> Trajectory:
 
 def _search_results(wins: dict[str, int], n: int = 2) -> dict:
     eps = [_search_episode(i * 10 + j, src, j < w) for i, (src, w) in enumerate(wins.items()) for j in range(n)]
-    return reporting.summarize_episodes(eps, split="test", partial=True, expected_games=100, wall_time_s=1.0)
+    return summarize_episodes(eps, split="test", partial=True, expected_games=100, wall_time_s=1.0)
 
 
 def test_search_compare_hides_sources_without_data_and_names_its_measure(tmp_path, monkeypatch):
     a = _search_results({"nq": 1, "hotpotqa": 2})
     b = _search_results({"nq": 0, "hotpotqa": 1})
-    md = reporting.compare_runs([("expert policy", a), ("random policy", b)])
+    md = compare_runs([("expert policy", a), ("random policy", b)])
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
     assert "NQ" in rows and "HotpotQA" in rows
     assert not {"TriviaQA", "PopQA", "2Wiki", "MuSiQue", "Bamboogle", "HotpotQA (closed)"} & set(rows)
@@ -422,14 +435,14 @@ def test_search_compare_hides_sources_without_data_and_names_its_measure(tmp_pat
     assert "**Macro**" not in md
 
     drawn = _capture_axes(monkeypatch)
-    _png(reporting.plot_compare([("expert policy", a), ("random policy", b)], tmp_path / "c.png"))
+    _png(plot_compare([("expert policy", a), ("random policy", b)], tmp_path / "c.png"))
     ax = drawn["ax"]
     assert ax.get_ylabel() == "exact match"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["NQ", "HotpotQA", "Average"]
     assert ax.get_title().startswith("Search-QA: exact match by data source")
     # ten sources with long names are slanted instead of running together
     many = {src: 1 for src in ("nq", "hotpotqa", "2wiki", "musique", "bamboogle", "hotpotqa_train", "musique_train")}
-    reporting.plot_compare([("x", _search_results(many))], tmp_path / "m.png")
+    plot_compare([("x", _search_results(many))], tmp_path / "m.png")
     assert all(t.get_rotation() == 30 for t in drawn["ax"].get_xticklabels())
 
 
@@ -439,9 +452,9 @@ def test_webshop_score_marks_do_not_cover_the_count_labels(tmp_path, monkeypatch
         _webshop_episode(1, "fashion", 1.0),
         _webshop_episode(2, "grocery", 0.5),
     ]
-    res = reporting.summarize_episodes(eps, split="test", partial=False, expected_games=3, wall_time_s=1.0)
+    res = summarize_episodes(eps, split="test", partial=False, expected_games=3, wall_time_s=1.0)
     drawn = _capture_axes(monkeypatch)
-    _png(reporting.plot_success_by_type(res, tmp_path / "w.png"))
+    _png(plot_success_by_type(res, tmp_path / "w.png"))
     ax = drawn["ax"]
     marks = ax.lines[0].get_ydata()  # mean score per category, then the macro score
     labels = {a.get_text(): a for a in ax.texts}
@@ -457,19 +470,19 @@ def test_webshop_score_marks_do_not_cover_the_count_labels(tmp_path, monkeypatch
 def test_a_search_url_report_names_its_retriever(tmp_path):
     res = _search_results({"nq": 1})
     res["setup"] = {"data_root": None, "env_options": {"search_url": "http://10.0.0.5:8000/retrieve", "topk": 3}}
-    md = reporting.render_report(res, title="t", model_desc="m", run_id="r")
+    md = render_report(res, title="t", model_desc="m", run_id="r")
     assert "- Retriever: http://10.0.0.5:8000/retrieve (`env_options.search_url`" in md
     assert "- Environment options: topk=3" in md
     assert "Offline corpus" not in md  # the offline note speaks of the bundled corpus, which this run did not use
     res["setup"] = {"data_root": "/data/search", "env_options": {}}
-    md = reporting.render_report(res, title="t", model_desc="m", run_id="r")
+    md = render_report(res, title="t", model_desc="m", run_id="r")
     assert "- Retriever: in-process BM25 over /data/search/corpus.jsonl" in md and "Offline corpus" in md
 
 
 def test_report_labels_runs_by_policy_and_model(tmp_path):
     def eval_run(name: str, config: dict, inputs: list, results: dict):
         run = tmp_path / "eval" / name
-        reporting.write_eval_outputs(run, results, run_id=name)
+        write_eval_outputs(run, results, run_id=name)
         (run / "manifest.json").write_text(json.dumps({"stage": "eval", "config": config, "inputs": inputs}))
         return run
 
@@ -489,15 +502,15 @@ def test_report_labels_runs_by_policy_and_model(tmp_path):
         eval_run("e4", {"policy": "model", "model": "/models/qwen-3b"}, [], res),
         eval_run("e5", {"policy": "expert"}, [], res),
     ]
-    out = reporting.report_command(runs, tmp_path / "rep")
+    out = report_command(runs, tmp_path / "rep")
     header = out["compare_md"].read_text().splitlines()[2]
     for label in ("expert policy · e1", "SEED rl (partial)", "SEED rl step_000040", "qwen-3b", "expert policy · e5"):
         assert label in header
 
 
-def test_method_check_plots_draw_through_reporting(tmp_path):
-    hist = reporting.plot_histogram([-1.0, 0.5, 0.25], tmp_path / "h.png", title="t", xlabel="x", ylabel="y", log=True)
-    lines = reporting.plot_lines(
+def test_method_check_plots_draw_through_report_plots(tmp_path):
+    hist = plot_histogram([-1.0, 0.5, 0.25], tmp_path / "h.png", title="t", xlabel="x", ylabel="y", log=True)
+    lines = plot_lines(
         [([1, 2, 3], [3.0, 2.0, 1.0], "nll", None), ([1, 2, 3], [4.0, 3.0, 2.0], "loss", 0.6)],
         tmp_path / "l.png",
         title="t",
@@ -510,13 +523,13 @@ def test_method_check_plots_draw_through_reporting(tmp_path):
 
 
 def _capture_axes(monkeypatch) -> dict:
-    """Keep the axes of the last figure reporting saves (drawn["ax"]), so a test can read what was drawn."""
+    """Keep the axes of the last figure `plots` saves (drawn["ax"]), so a test can read what was drawn."""
     drawn = {}
-    save = reporting._save_png
+    save = plots._save_png
 
     def keep(fig, path):
         drawn["ax"] = fig.axes[0]
         return save(fig, path)
 
-    monkeypatch.setattr(reporting, "_save_png", keep)
+    monkeypatch.setattr(plots, "_save_png", keep)
     return drawn

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from seedcli.envs import get_env
-from seedcli.envs.alfworld import render_agent_prompt
+from seedcli.envs.alfworld.prompt import render_agent_prompt
 from seedcli.prompts import SKILL_HEADING
 from seedcli.records import Trajectory, Turn
 from seedcli.rl.logprobs import Scorer, score_responses

@@ -91,7 +91,7 @@ def test_node_rank_from_torchrun_args():
 
 
 def test_nothing_under_rl_imports_an_environment_or_a_stage():
-    """Imports run downward (DESIGN.md §4): the stage hands rl/ what it needs of the environment."""
+    """Imports run downward (docs/design.md §4): the stage hands rl/ what it needs of the environment."""
     import ast
     from pathlib import Path
 

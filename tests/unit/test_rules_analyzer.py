@@ -6,7 +6,7 @@ import pytest
 
 from seedcli.analyzers.parse import parse_skill
 from seedcli.analyzers.rules import RulesAnalyzer, rules_skill
-from seedcli.envs.alfworld import format_response
+from seedcli.envs.alfworld.projection import format_response
 from seedcli.envs.alfworld.rules import abstract, classify, decisive_steps, parse_goal
 from seedcli.records import Trajectory, Turn
 

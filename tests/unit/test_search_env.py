@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from seedcli.envs.base import SKILL_HEADING
 from seedcli.envs.search.env import SearchEnv
 from seedcli.envs.search.prompt import build_prompt, information_text
 from seedcli.envs.search.rules import classify, rules_skill
 from seedcli.errors import UserError
+from seedcli.prompts import SKILL_HEADING
 
 PASSAGES = [
     {"id": "p0", "contents": '"Hamlet"\nHamlet is a tragedy written by William Shakespeare around 1600.'},

@@ -7,13 +7,15 @@ import os
 
 import pytest
 
-from seedcli import reporting
 from seedcli.config import AnnotateConfig, EvalConfig
 from seedcli.envs import get_env
 from seedcli.envs.base import Task
 from seedcli.envs.search.env import SearchEnv
 from seedcli.errors import UserError
 from seedcli.records import Trajectory, Turn
+from seedcli.report.markdown import render_report
+from seedcli.report.plots import plot_success_by_type
+from seedcli.report.results import summarize_episodes
 from seedcli.stages.annotate import _key_model
 from seedcli.stages.eval import limit_tasks, only_categories
 
@@ -32,8 +34,8 @@ def test_data_root_explicit_env_var_missing_and_empty(tmp_path, monkeypatch) -> 
     with pytest.raises(UserError, match=r"holds neither closed/ nor test/") as empty:
         SearchEnv(data_root=str(tmp_path / "empty")).resolve_data_root()
     assert "\n" not in str(missing.value) and "\n" not in str(empty.value)
-    assert (SearchEnv.category_label, SearchEnv.task_noun) == ("data source", "question")
-    assert "10k passages" in SearchEnv.offline_note and "cannot be compared" in SearchEnv.offline_note
+    assert (SearchEnv.card.category_label, SearchEnv.card.task_noun) == ("data source", "question")
+    assert "10k passages" in SearchEnv.card.offline_note and "cannot be compared" in SearchEnv.card.offline_note
 
 
 def _tasks() -> list[Task]:
@@ -87,23 +89,20 @@ def test_search_report_has_exact_match_no_empty_rows_and_search_calls(tmp_path) 
         _search_episode(1, "nq", False, 2),
         _search_episode(2, "bamboogle", True, 0),
     ]
-    res = reporting.summarize_episodes(
-        eps, split="test", partial=False, expected_games=3, wall_time_s=1.0, env="search"
-    )
+    res = summarize_episodes(eps, split="test", partial=False, expected_games=3, wall_time_s=1.0, env="search")
     # search calls: (1 + 2 + 0) / 3 episodes; average EM over sources: (50% + 100%) / 2
     assert res["per_episode"] == {"search calls": 1.0}
     assert res["macro_score"] == pytest.approx(0.75)
-    md = reporting.render_report(res, title="Search-QA test", model_desc="expert", run_id="r")
+    md = render_report(res, title="Search-QA test", model_desc="expert", run_id="r")
     assert "## Exact match by data source" in md
     assert "| NQ | 2 | 1 | 50.0 |" in md and "| Bamboogle | 1 | 1 | 100.0 |" in md
     assert "| **Macro average** | | | **75.0** |" in md
     for empty in ("TriviaQA", "PopQA", "MuSiQue", "(closed)"):  # zero-question sources are not listed
         assert f"| {empty}" not in md
     assert "| SEED (paper) | 45.7 |" in md and "Mean search calls per episode: 1.00" in md
-    assert reporting.plot_success_by_type(res, tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
+    assert plot_success_by_type(res, tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
     # ALFWorld results hold no per-episode counts and keep their columns
-    assert "per_episode" not in reporting.summarize_episodes([], split="unseen", partial=False, expected_games=1,
-                                                              wall_time_s=0.0)  # fmt: skip
+    assert "per_episode" not in summarize_episodes([], split="unseen", partial=False, expected_games=1, wall_time_s=0.0)
 
 
 def test_annotate_cache_key_uses_each_envs_rules_version() -> None:

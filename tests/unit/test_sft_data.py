@@ -8,7 +8,8 @@ import pytest
 
 from seedcli.analyzers import analysis_messages
 from seedcli.analyzers.parse import parse_skill
-from seedcli.envs.alfworld import ALFWORLD_ANALYSIS_DESCRIPTION, format_response
+from seedcli.envs.alfworld.projection import format_response
+from seedcli.envs.alfworld.prompt import ALFWORLD_ANALYSIS_DESCRIPTION
 from seedcli.errors import UserError
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_turns, render_analysis_prompt
 from seedcli.records import SkillRecord, Trajectory, Turn
@@ -33,7 +34,7 @@ def tokenizer():
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from seedcli.envs.alfworld import tokenizer_corpus
+    from seedcli.envs.alfworld.prompt import template_texts
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -41,7 +42,7 @@ def tokenizer():
     trainer = trainers.BpeTrainer(
         vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
-    tok.train_from_iterator(tokenizer_corpus() * 3, trainer=trainer)
+    tok.train_from_iterator(template_texts() * 3, trainer=trainer)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
     wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     wrapped.chat_template = (importlib.resources.files("trl") / "chat_templates" / "qwen2_5.jinja").read_text()

@@ -28,7 +28,7 @@ from seedcli.analyzers.policy import SelfAnalysis
 from seedcli.config import RLConfig, build_config
 from seedcli.engines.base import Completion
 from seedcli.envs import get_env
-from seedcli.envs.alfworld import ALFWORLD_ANALYSIS_DESCRIPTION, render_agent_prompt
+from seedcli.envs.alfworld.prompt import ALFWORLD_ANALYSIS_DESCRIPTION, render_agent_prompt
 from seedcli.errors import UserError
 from seedcli.prompts import (
     STEP_ONLY_SCHEMA_REMINDER,

@@ -15,7 +15,7 @@ from seedcli.analyzers.parse import (
     is_placeholder,
     parse_skill,
 )
-from seedcli.envs.alfworld import ALFWORLD_ANALYSIS_DESCRIPTION
+from seedcli.envs.alfworld.prompt import ALFWORLD_ANALYSIS_DESCRIPTION
 from seedcli.prompts import SCHEMA_REMINDER, render_analysis_prompt
 
 SUMMARY = "The agent found the apple on the counter. It cleaned it and put it in the fridge."

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from seedcli.envs.sokoban import Sokoban
 from seedcli.envs.sokoban.expert import solve
 from seedcli.envs.sokoban.game import (
     TILE_NAMES,
+    Sokoban,
     _str_hash,
     resolve_data_root,
     retry_seed,

@@ -288,7 +288,8 @@ def test_plots_label_latest_by_its_run_and_use_whole_step_ticks(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from seedcli.reporting import _draw_family, _run_label
+    from seedcli.report.commands import _run_label
+    from seedcli.report.plots import _draw_family
 
     run = tmp_path / "rl" / "20260101T000000Z-abcdef12"
     run.mkdir(parents=True)

@@ -11,8 +11,8 @@ import torch
 from seedcli.analyzers import analysis_messages, image_parts, png_of_part, request_key
 from seedcli.analyzers.policy import analyze_with_engine, engine_messages
 from seedcli.envs.base import encode_png
-from seedcli.envs.sokoban.env import ANALYSIS_DESCRIPTION
 from seedcli.envs.sokoban.game import Sokoban
+from seedcli.envs.sokoban.prompt import ANALYSIS_DESCRIPTION
 from seedcli.images import ImageStore, decode_png
 from seedcli.prompts import (
     ANALYSIS_PROMPT_VERSION,

@@ -12,11 +12,12 @@ import pytest
 
 from seedcli.envs import get_env
 from seedcli.envs.base import Task
-from seedcli.envs.ezpoints.env import EZPOINTS_TEMPLATE, EZPOINTS_TEXT_TEMPLATE, gym_projection
-from seedcli.envs.ezpoints.rules import card_numbers
+from seedcli.envs.ezpoints.projection import gym_projection
+from seedcli.envs.ezpoints.prompt import EZPOINTS_TEMPLATE, EZPOINTS_TEXT_TEMPLATE, card_numbers
 from seedcli.envs.ezpoints.rules import classify as ez_classify
-from seedcli.envs.sokoban.env import SOKOBAN_TEMPLATE, SOKOBAN_VISUAL_TEMPLATE, render_history, sokoban_projection
 from seedcli.envs.sokoban.game import Sokoban
+from seedcli.envs.sokoban.projection import sokoban_projection
+from seedcli.envs.sokoban.prompt import SOKOBAN_TEMPLATE, SOKOBAN_VISUAL_TEMPLATE, render_history
 from seedcli.envs.sokoban.rules import classify as sok_classify
 from seedcli.envs.sokoban.rules import parse_grid
 from seedcli.errors import UserError
@@ -35,10 +36,10 @@ TEMPLATE_SHA = {
 
 @pytest.mark.parametrize("name", sorted(TEMPLATE_SHA))
 def test_templates_are_the_originals_character_for_character(name):
-    from seedcli.envs.ezpoints import env as ezpoints_env
-    from seedcli.envs.sokoban import env as sokoban_env
+    from seedcli.envs.ezpoints import prompt as ezpoints_prompt
+    from seedcli.envs.sokoban import prompt as sokoban_prompt
 
-    text = getattr(sokoban_env, name, None) or getattr(ezpoints_env, name)
+    text = getattr(sokoban_prompt, name, None) or getattr(ezpoints_prompt, name)
     assert hashlib.sha256(text.encode()).hexdigest() == TEMPLATE_SHA[name]
 
 

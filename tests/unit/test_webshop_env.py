@@ -8,9 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from seedcli.envs.base import Task
-from seedcli.envs.webshop.engine import WebShopSession
-from seedcli.envs.webshop.env import WebShopEnv, format_observation, project_action
+from seedcli.envs.webshop.env import WebShopEnv
 from seedcli.envs.webshop.expert import expert_action
+from seedcli.envs.webshop.game import WebShopSession
+from seedcli.envs.webshop.projection import project_action
+from seedcli.envs.webshop.prompt import format_observation
 from seedcli.errors import UserError
 
 
@@ -130,7 +132,7 @@ def test_format_observation_quotes_the_pieces_after_the_task():
 def test_protocol_constants(env):
     assert (env.max_steps, env.history, env.success_reward, env.invalid_penalty) == (15, 2, 10.0, 0.1)
     assert env.advantage_norm == "mean"
-    assert env.paper_results["test"]["SEED"] == {"mean_score": 0.885, "micro_success": 0.789}
+    assert env.card.paper_results["test"]["SEED"] == {"mean_score": 0.885, "micro_success": 0.789}
     assert "WebShop" in env.analysis_description and "ALFRED" not in env.analysis_description
 
 

@@ -1,70 +1,15 @@
 """ALFWorld (Shridhar et al., 2021) through the `alfworld` package over TextWorld's PDDL engine.
 
-    games.py    data root, splits, game discovery and selection, one game in this process (`AlfWorldGame`) and its
-                experts (the stored walkthrough, the hand-coded searching expert)
-    prompt.py   the agent's turn prompt (versioned), its parser, the analysis prompt's first sentence
-    rules.py    the offline rules analyzer's ALFWorld skills
-    env.py      `AlfWorldEnv`, the environment protocol; `EnvPool`, game slots in worker processes; tokenizer text
+    env.py          `AlfWorldEnv`, the environment protocol (what stages reach as `get_env("alfworld")`)
+    data.py         data root, splits, game discovery and selection
+    game.py         TextWorld's PDDL environment for ALFRED games, built with its slow parts memoised
+    episode.py      `AlfWorldGame`: one game played in this process (reset / step -> StepResult)
+    prompt.py       the agent's turn prompt (versioned), the analysis prompt's first sentence, tokenizer text
+    projection.py   reply -> (action, valid), and the reply that says an action
+    reward.py       what the trainer's reward is made of (success), and the leak rule of hindsight skills
+    rules.py        the offline rules analyzer's ALFWorld skills
+    expert.py       the walkthrough expert and ALFWorld's hand-coded expert
+    pool.py         `EnvPool`: ALFWorld game slots in worker processes with ALFWorld's own signature
 
-Stages reach ALFWorld as `get_env("alfworld")`; the names below stay importable from `seedcli.envs.alfworld` for the
-warm start (ALFWorld's own), the tests and the scripts. Nothing here imports torch.
+Nothing here imports torch; alfworld and textworld are imported on a game's first reset.
 """
-
-from seedcli.envs.alfworld.env import CORPUS_SPLITS, AlfWorldEnv, EnvPool
-from seedcli.envs.alfworld.games import (
-    DATA_SUBDIR,
-    EXPERT_MODES,
-    GAME_FILE,
-    SHORT_TASK_TYPES,
-    SPLITS,
-    TASK_TYPES,
-    AlfWorldGame,
-    Game,
-    game_path,
-    list_games,
-    resolve_data_root,
-    resolve_split,
-    select_games,
-    task_type_of,
-)
-from seedcli.envs.alfworld.prompt import (
-    AGENT_PROMPT_VERSION,
-    ALFWORLD_ANALYSIS_DESCRIPTION,
-    TASK_LINE_PREFIX,
-    format_response,
-    insert_skill,
-    parse_action,
-    render_agent_prompt,
-    tokenizer_corpus,
-)
-from seedcli.envs.base import StepResult, Task
-
-__all__ = [
-    "AGENT_PROMPT_VERSION",
-    "ALFWORLD_ANALYSIS_DESCRIPTION",
-    "CORPUS_SPLITS",
-    "DATA_SUBDIR",
-    "EXPERT_MODES",
-    "GAME_FILE",
-    "SHORT_TASK_TYPES",
-    "SPLITS",
-    "TASK_LINE_PREFIX",
-    "TASK_TYPES",
-    "AlfWorldEnv",
-    "AlfWorldGame",
-    "EnvPool",
-    "Game",
-    "StepResult",
-    "Task",
-    "format_response",
-    "game_path",
-    "insert_skill",
-    "list_games",
-    "parse_action",
-    "render_agent_prompt",
-    "resolve_data_root",
-    "resolve_split",
-    "select_games",
-    "task_type_of",
-    "tokenizer_corpus",
-]

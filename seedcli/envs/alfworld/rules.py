@@ -13,10 +13,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from seedcli.envs.alfworld.prompt import TASK_LINE_PREFIX, parse_action
+from seedcli.envs.alfworld.projection import parse_action
+from seedcli.envs.alfworld.prompt import TASK_LINE_PREFIX
 
 _NUMBERED = re.compile(r"\b([a-z]+) \d+\b")
-_INSTANCE = re.compile(r"\b([a-z]+) (\d+)\b", re.IGNORECASE)  # "drawer 3", "mug 1"
 _OBJ = r"([a-z]+)(?: \d+)?"
 
 _ACTIONS = [
@@ -274,16 +274,3 @@ def rules_skill(trajectory) -> tuple[str, str]:
     """(episode_summary, episode_skill) for one trajectory."""
     goal = parse_goal(trajectory.task)
     return success_skill(trajectory, goal) if trajectory.won else failure_skill(trajectory, goal)
-
-
-def instance_spans(trajectory, skill: str) -> list[tuple[int, int]]:
-    """The (start, end) spans of `skill` naming a numbered instance ("drawer 3", "Mug 1"; case-insensitive) that this
-    episode's observations or actions name too.
-
-    A simplification of "where this episode found its target": any instance the episode saw or acted on counts,
-    the ones its first observation lists around the room included, not only the target's."""
-    seen: set[tuple[str, str]] = set()
-    for turn in trajectory.turns:
-        for text in (turn.observation, turn.action):
-            seen.update((name.lower(), number) for name, number in _INSTANCE.findall(text or ""))
-    return [m.span() for m in _INSTANCE.finditer(skill) if (m.group(1).lower(), m.group(2)) in seen]

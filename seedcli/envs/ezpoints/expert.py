@@ -4,7 +4,8 @@ Breadth-first over action sequences from the game's current state, using only th
 cards' numbers, "+", "*", "="), each simulated on a copy of the game with its own `step`; the first sequence that
 wins is returned, so it is a shortest one ("a + b" or "a * b" on a fresh game: 4 actions). Every fresh game is
 solvable by construction (the second card is 12 - a or 12 / a); a state from which no formula wins (e.g. "5 *"
-already written with 5 and 7) gives [] (`solve` reports it; the caller decides).
+already written with 5 and 7) gives [] (`solve` reports it; the caller decides). `demo_thought` is the reasoning a
+warm-start demonstration gives for the expert's move.
 """
 
 from __future__ import annotations
@@ -40,3 +41,28 @@ def solve(game: EZPoints) -> list[int]:
                 continue  # ended, or a refused number: nothing new to explore
             frontier.append((child, plan + [action]))
     return []
+
+
+def _card_value(name: str) -> int | None:
+    """The number a card named in words counts for ("Jack of Hearts" → 10, "Ace of Spades" → 1, "7 of Clubs" → 7)."""
+    rank = name.strip().split(" of ")[0]
+    if rank in ("Jack", "Queen", "King"):
+        return 10
+    if rank == "Ace":
+        return 1
+    return int(rank) if rank.isdigit() else None
+
+
+def demo_thought(task: str, formula: str, action: str) -> str | None:
+    """The arithmetic the expert's move `action` follows from, in words the prompt supports: the two card values of
+    the task line `task`, the formula that makes 12, the formula so far and so the next character (the prompt shows
+    cards and formula); None when the task line does not name two cards."""
+    values = [_card_value(name) for name in str(task).split(" and ")]
+    if len(values) != 2 or None in values:
+        return None
+    a, b = values
+    op = "+" if a + b == 12 else "*"
+    return (
+        f"The cards are {a} and {b}. {a} {op} {b} = 12, so the formula is {a}{op}{b}=. The current formula is "
+        f"'{formula}', so the next character is {action}."
+    )

@@ -7,21 +7,9 @@ steps running out before `=`. A baseline so the pipeline runs offline, not the p
 
 from __future__ import annotations
 
-import re
-
-from seedcli.envs.base import merge_spans
+from seedcli.envs.ezpoints.prompt import card_numbers
 
 RULES_VERSION = "ezpoints-rules-v1"
-
-_RANKS = {"Ace": 1, "Jack": 10, "Queen": 10, "King": 10}
-
-
-def card_numbers(task: str) -> list[int]:
-    """The two card values of a task line ("5 of Spades and King of Diamonds" -> [5, 10])."""
-    out = []
-    for rank in re.findall(r"(\w+) of \w+", task):
-        out.append(_RANKS.get(rank, int(rank) if rank.isdigit() else 0))
-    return out
 
 
 def classify(trajectory) -> tuple[str, str]:
@@ -75,24 +63,3 @@ def rules_skill(trajectory) -> tuple[str, str]:
         "A winning formula needs only four characters (number, operator, number, '='): do not append extra "
         "operators, and end with '=' as soon as the formula equals 12.",
     )
-
-
-# what may join the two card values in a skill: "5 and 7", "5+7", "7 * 5", "'5', '+', '7'", "5 plus 7"
-_PAIR_SEP = r"""[\s,;:'"`]*(?:(?:and|&|\+|\*|x|×|plus|times|with)[\s,;:'"`]*)?"""
-
-
-def card_spans(task: str, skill: str) -> list[tuple[int, int]]:
-    """The (start, end) spans of `skill` naming this game's cards: a card's name as the task line writes it
-    ("King of Diamonds", any case and spacing), or both card values side by side, in either order, joined by
-    nothing but spaces, punctuation and one of and, &, +, *, x, plus, times, with ("5 and 7", "7*5"); a range
-    such as "2-10" is not a pair. `task` is the task line ("5 of Spades and King of Diamonds")."""
-    spans: list[tuple[int, int]] = []
-    for name in re.findall(r"\w+ of \w+", task):
-        pattern = r"\s+".join(re.escape(w) for w in name.split())
-        spans += [m.span() for m in re.finditer(rf"(?<!\w){pattern}(?!\w)", skill, re.IGNORECASE)]
-    numbers = card_numbers(task)
-    if len(numbers) == 2:
-        a, b = (rf"(?<![\d.]){n}(?![\d])" for n in numbers)
-        for first, second in {(a, b), (b, a)}:
-            spans += [m.span() for m in re.finditer(rf"{first}{_PAIR_SEP}{second}", skill, re.IGNORECASE)]
-    return merge_spans(spans)

@@ -11,6 +11,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import orjson
@@ -22,7 +23,6 @@ TEST_SETS = ("nq", "hotpotqa", "2wiki", "musique", "bamboogle")
 CLOSED_SPLITS = ("train", "dev")
 SPLITS = (*CLOSED_SPLITS, "test")
 CORPUS_FILE = "corpus.jsonl"
-
 
 
 @dataclass(frozen=True)
@@ -162,3 +162,13 @@ def load_split(
 def _closed_train_ids(root: Path) -> set[str]:
     path = root / "closed" / "train.jsonl"
     return {q.id for q in read_questions(path)} if path.is_file() else set()
+
+
+@lru_cache(maxsize=8)
+def question_index(split: str, data_root: str | None) -> dict[str, Question]:
+    """Every question of a split (a named split or a JSONL file) by id, read once per process."""
+    if split in SPLITS:
+        questions = load_split(split, data_root)
+    else:
+        questions = read_questions(split)
+    return {q.id: q for q in questions}

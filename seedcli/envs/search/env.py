@@ -1,8 +1,9 @@
 """Search-QA on the environment protocol: Search-R1's question answering as verl-agent and the SEED code run it.
 
-A task is a question; its category the data source. Each turn the agent writes `<think>` and one of
+A task is a question (`data.py`); its category the data source. Each turn the agent writes `<think>` and one of
 `<search> query </search>` (the top 3 passages come back inside `<information>`) or `<answer> … </answer>` (the episode
-ends; reward 1·exact match). Options (`env_options`): `corpus` (wiki-18-format JSONL for in-process BM25; default the
+ends; reward 1·exact match: `reward.py`). The prompt is verl-agent's (`prompt.py`), the reply read as its search
+projection reads it (`projection.py`); one question is an `episode.SearchGame`. Options (`env_options`): `corpus` (wiki-18-format JSONL for in-process BM25; default the
 bundled 10k passages), `search_url` (a Search-R1 `/retrieve` server instead), `datasets` and `limit` (test sets and
 questions per data source), `topk`, `timeout`, `max_retries`.
 """
@@ -11,35 +12,60 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from seedcli.envs.base import Environment, EnvOptions, StepResult, Task
-from seedcli.envs.search.data import (
-    SPLITS,
-    Question,
-    default_corpus,
-    load_split,
-    read_questions,
-    resolve_data_root,
-)
-from seedcli.envs.search.projection import parse_reply
-from seedcli.envs.search.prompt import (
-    PROMPT_VERSION,
-    TASK_LINE_PREFIX,
-    build_prompt,
-    information_text,
-    passages_to_string,
-)
+from seedcli.envs.card import EnvCard
+from seedcli.envs.search import prompt
+from seedcli.envs.search.data import SPLITS, Question, default_corpus, load_split, question_index, resolve_data_root
+from seedcli.envs.search.episode import SearchGame
+from seedcli.envs.search.expert import UNKNOWN, expert_response
+from seedcli.envs.search.projection import format_response, parse_reply
 from seedcli.envs.search.retriever import TOPK, Retriever, make_retriever, normalise_url
-from seedcli.envs.search.reward import answer_in_text, answer_spans, exact_match
-from seedcli.envs.search.rules import RULES_VERSION
+from seedcli.envs.search.reward import ADVANTAGE_NORM, INVALID_PENALTY, SUCCESS_REWARD, answer_spans
+from seedcli.envs.search.rules import RULES_VERSION, rules_skill
 from seedcli.errors import UserError
 
-UNKNOWN = "unknown"  # the expert's answer when the passages hold no golden answer
+CARD = EnvCard(
+    metric_labels={
+        "macro_score": "exact match (average over data sources)",
+        "mean_score": "exact match (all questions)",
+    },
+    task_noun="question",
+    category_label="data source",
+    category_names={
+        "nq": "NQ",
+        "triviaqa": "TriviaQA",
+        "popqa": "PopQA",
+        "hotpotqa": "HotpotQA",
+        "2wiki": "2Wiki",
+        "musique": "MuSiQue",
+        "bamboogle": "Bamboogle",
+        "hotpotqa_train": "HotpotQA (closed)",
+        "musique_train": "MuSiQue (closed)",
+        "2wiki_dev": "2Wiki (closed)",
+    },
+    # The paper gives only the average over its seven sets (NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue,
+    # Bamboogle) with a 21M-passage wiki-18 retriever; offline runs average five sets over 10k passages.
+    paper_results={
+        "test": {
+            "GRPO": {"macro_score": 0.364},
+            "SDAR": {"macro_score": 0.434},
+            "SEED": {"macro_score": 0.457},
+        }
+    },
+    paper_note=(
+        "Paper: Qwen2.5-3B, exact match averaged over NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue and Bamboogle "
+        "with a 21M-passage wiki-18 retriever; the seed documents give the 7-set average only, not per data source."
+    ),
+    offline_note=(
+        "Offline corpus: about 10k passages, not wiki-18's 21M, and no TriviaQA or PopQA; offline scores test the "
+        "mechanism and cannot be compared with the paper (point env_options.search_url at a wiki-18 server for that)."
+    ),
+)
 
 
 class SearchOptions(EnvOptions):
@@ -80,14 +106,14 @@ class SearchEnv(Environment):
 
     name = "search"
     title = "Search-QA"
-    prompt_version = PROMPT_VERSION
-    task_line_prefix = TASK_LINE_PREFIX
+    prompt_version = prompt.PROMPT_VERSION
+    task_line_prefix = prompt.TASK_LINE_PREFIX
     max_steps = 4
-    history = 4
+    history = prompt.HISTORY
     max_step_skills = 2  # the SEED code's analysis_max_step_skills_per_traj for search
-    success_reward = 1.0  # reward = 1·exact match
-    invalid_penalty = 0.01  # the SEED code's value for search
-    advantage_norm = "mean_std"
+    success_reward = SUCCESS_REWARD  # reward = 1·exact match
+    invalid_penalty = INVALID_PENALTY  # the SEED code's value for search
+    advantage_norm = ADVANTAGE_NORM
     free_text = True
     splits = {s: s for s in SPLITS} | {"valid": "dev", "validation": "dev"}
     train_split = "train"
@@ -97,52 +123,14 @@ class SearchEnv(Environment):
     # report order: the paper's seven sets, then the closed sets of the offline bundle
     categories = ("nq", "triviaqa", "popqa", "hotpotqa", "2wiki", "musique", "bamboogle",
                   "hotpotqa_train", "musique_train", "2wiki_dev")  # fmt: skip
-    category_names = {
-        "nq": "NQ",
-        "triviaqa": "TriviaQA",
-        "popqa": "PopQA",
-        "hotpotqa": "HotpotQA",
-        "2wiki": "2Wiki",
-        "musique": "MuSiQue",
-        "bamboogle": "Bamboogle",
-        "hotpotqa_train": "HotpotQA (closed)",
-        "musique_train": "MuSiQue (closed)",
-        "2wiki_dev": "2Wiki (closed)",
-    }
     category_aliases = {"2wikimultihopqa": "2wiki", "natural_questions": "nq", "hotpot": "hotpotqa"}
-    category_label = "data source"
-    task_noun = "question"
     counted_actions = {"search calls": "<search>"}  # the game searches whatever action parses as a search
     limit_per_category = True  # `seed eval --limit N`: N questions of each data source (Search-R1's practice)
-    metric_labels = {
-        "macro_score": "exact match (average over data sources)",
-        "mean_score": "exact match (all questions)",
-    }
-    # The paper gives only the average over its seven sets (NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue,
-    # Bamboogle) with a 21M-passage wiki-18 retriever; offline runs average five sets over 10k passages.
-    paper_results = {
-        "test": {
-            "GRPO": {"macro_score": 0.364},
-            "SDAR": {"macro_score": 0.434},
-            "SEED": {"macro_score": 0.457},
-        }
-    }
-    paper_note = (
-        "Paper: Qwen2.5-3B, exact match averaged over NQ, TriviaQA, PopQA, HotpotQA, 2Wiki, MuSiQue and Bamboogle "
-        "with a 21M-passage wiki-18 retriever; the seed documents give the 7-set average only, not per data source."
-    )
-    offline_note = (
-        "Offline corpus: about 10k passages, not wiki-18's 21M, and no TriviaQA or PopQA; offline scores test the "
-        "mechanism and cannot be compared with the paper (point env_options.search_url at a wiki-18 server for that)."
-    )
     rules_version = RULES_VERSION
-    analysis_description = (
-        "You are an expert analyst of search agents that answer questions with a search engine (Search-R1's "
-        "question answering: the agent writes <search> queries, reads the retrieved Wikipedia passages inside "
-        "<information>, and gives an <answer> scored by exact match)."
-    )
+    analysis_description = prompt.ANALYSIS_DESCRIPTION
     expert_modes = (False, True)
     options_model = SearchOptions
+    card = CARD
 
     def __init__(self, data_root: str | None = None, **options: Any):
         super().__init__(data_root, **options)
@@ -175,7 +163,7 @@ class SearchEnv(Environment):
 
     def question(self, task: Task) -> Question:
         """The question behind a task (looked up in its whole split, whatever filters made the task list)."""
-        found = _split_index(task.split, None if self.data_root is None else str(self.data_root)).get(task.task_id)
+        found = question_index(task.split, None if self.data_root is None else str(self.data_root)).get(task.task_id)
         if found is None:
             raise UserError(f"question {task.task_id!r} is not in the {task.split} split; was the data changed?")
         return found
@@ -207,32 +195,17 @@ class SearchEnv(Environment):
         history: Sequence[tuple[str, str]],
         history_length: int,
     ) -> str:
-        # The protocol's history pairs an observation with the action taken on it; verl-agent's memory pairs an
-        # action with the information it brought back, i.e. with the next observation.
-        pairs = list(history)
-        steps = [(pairs[i][1], pairs[i + 1][0] if i + 1 < len(pairs) else observation) for i in range(len(pairs))]
-        return build_prompt(task, steps, history_length)
+        return prompt.render_prompt(task, observation, history, history_length)
 
     def parse_action(self, response: str) -> tuple[str, bool]:
         action = parse_reply(response)
         return action.text, action.valid
 
     def format_response(self, think: str, action: str) -> str:
-        # `action` is what parse_action returns: `<search>q</search>` or `<answer>a</answer>`
-        if not parse_reply(action).kind:
-            action = f"<search>{action}</search>"
-        return f"<think>{think}</think>\n{action}"
+        return format_response(think, action)  # `action` is what parse_action returns (or a bare query)
 
     def expert_response(self, result: StepResult) -> str:
-        action = result.expert_action or f"<answer>{UNKNOWN}</answer>"
-        parsed = parse_reply(action)
-        if parsed.kind == "search":
-            think = "I need evidence, so I search for the question itself."
-        elif parsed.content == UNKNOWN:
-            think = "The retrieved passages do not contain the answer."
-        else:
-            think = f"The retrieved passages state the answer: {parsed.content}."
-        return self.format_response(think, action)
+        return expert_response(result.expert_action)
 
     def random_response(self, result: StepResult, rng: random.Random) -> str:
         """Searches three random words of the question or answers one of them, with equal odds: the floor."""
@@ -245,9 +218,7 @@ class SearchEnv(Environment):
     # -- analysis and tokenizer -----------------------------------------------------------------------------------
 
     def rules_skill(self, trajectory) -> tuple[str, str]:
-        from seedcli.envs.search.rules import rules_skill
-
-        return rules_skill(trajectory, self.category_name(getattr(trajectory, "category", "") or ""))
+        return rules_skill(trajectory, self.card.category_name(getattr(trajectory, "category", "") or ""))
 
     def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
         """Spans of `skill` where one of the question's golden answers occurs, both normalised as exact match
@@ -259,100 +230,5 @@ class SearchEnv(Environment):
         try:
             root = resolve_data_root(self.data_root)
         except UserError:
-            return [build_prompt("Who wrote Hamlet?", [], self.history)]
-        return list(_sample_texts(str(root)))
-
-
-class SearchGame:
-    """One episode slot: a question, its searches and the answer. `expert` adds the expert's next action."""
-
-    def __init__(self, env: SearchEnv, expert: bool = False):
-        self.env = env
-        self.expert = expert
-        self.q: Question | None = None
-        self.last: StepResult | None = None
-        self.searches = 0
-
-    def reset(self, task: Task) -> StepResult:
-        self.q = self.env.question(task)
-        self.searches = 0
-        self.last = StepResult(
-            observation=self.q.question,
-            admissible=None,
-            won=False,
-            done=False,
-            task=self.q.question,
-            expert_action=f"<search>{self.q.question}</search>" if self.expert else None,
-            info={"data_source": self.q.data_source},
-        )
-        return self.last
-
-    def step(self, action: str) -> StepResult:
-        if self.q is None or self.last is None:
-            raise RuntimeError("step() before reset()")
-        if self.last.done:
-            return self.last
-        parsed = parse_reply(action)
-        q = self.q
-        info: dict[str, Any] = {"data_source": q.data_source, "searches": self.searches}
-        if parsed.kind == "answer":
-            em = exact_match(parsed.content, list(q.golden_answers))
-            info.update(answer=parsed.content, exact_match=em)
-            self.last = StepResult("", None, em == 1.0, True, q.question, None, em, em, info)
-            return self.last
-        if parsed.kind == "search":
-            hits = self.env.retriever().search([parsed.content], self.env.options.get("topk", TOPK))[0]
-            self.searches += 1
-            passages = passages_to_string(hits)
-            found = answer_in_text(list(q.golden_answers), passages)
-            info.update(query=parsed.content, searches=self.searches, doc_ids=[h["document"].get("id") for h in hits],
-                        answer_retrieved=found is not None)  # fmt: skip
-            expert_action = f"<answer>{found if found is not None else UNKNOWN}</answer>" if self.expert else None
-            self.last = StepResult(
-                information_text(hits), None, False, False, q.question, expert_action, 0.0, 0.0, info
-            )
-            return self.last
-        # no usable block: verl-agent's environment answers nothing and the episode goes on
-        self.last = StepResult("", None, False, False, q.question, self.last.expert_action, 0.0, 0.0, info)
-        return self.last
-
-    def close(self) -> None:
-        pass
-
-
-@lru_cache(maxsize=8)
-def _split_index(split: str, data_root: str | None) -> dict[str, Question]:
-    if split in SPLITS:
-        questions = load_split(split, data_root)
-    else:
-        questions = read_questions(split)
-    return {q.id: q for q in questions}
-
-
-@lru_cache(maxsize=2)
-def _sample_texts(root: str) -> tuple[str, ...]:
-    """Questions, answers, first and later prompts, and passages as the agent sees them (JSON-escaped)."""
-    import orjson
-
-    texts: list[str] = []
-    questions = load_split("train", root) + load_split("dev", root)
-    for q in questions:
-        texts.append(q.question)
-        texts.append(" ".join(f"<answer>{a}</answer>" for a in q.golden_answers))
-    corpus = Path(root) / "corpus.jsonl"
-    docs: list[dict] = []
-    if corpus.is_file():
-        with corpus.open("rb") as fh:
-            for i, line in enumerate(fh):
-                if i % 8 == 0:  # an eighth of the corpus is plenty of Wikipedia text for a tiny tokenizer
-                    docs.append({"document": orjson.loads(line), "score": 0.0})
-    for i in range(0, len(docs), 3):
-        hits = docs[i : i + 3]
-        q = questions[(i // 3) % len(questions)].question
-        info = information_text(hits)
-        if i % 30 == 0:
-            texts.append(build_prompt(q, [(f"<search>{q}</search>", info)], SearchEnv.history))
-        else:
-            texts.append(info)
-    texts.append(build_prompt(questions[0].question, [], SearchEnv.history))
-    return tuple(texts)
+            return prompt.fallback_texts()
+        return list(prompt.sample_texts(str(root)))

@@ -53,3 +53,11 @@ def parse_reply(reply: str) -> SearchAction:
     n_answer = len(_ANSWER_TAG.findall(reply))
     valid = kind is not None and not (n_search and n_answer) and n_search <= 1 and n_answer <= 1
     return SearchAction(kind, content, valid)
+
+
+def format_response(think: str, action: str) -> str:
+    """A well-formed reply that `parse_reply` reads back as `action`: `action` is what a parse returns
+    (`<search>q</search>` or `<answer>a</answer>`); bare text is taken as a search query."""
+    if not parse_reply(action).kind:
+        action = f"<search>{action}</search>"
+    return f"<think>{think}</think>\n{action}"

@@ -1,5 +1,14 @@
-"""Exact match as Search-R1 scores it (`verl/utils/reward_score/qa_em.py`): lower-case, drop ASCII punctuation,
-drop the articles a/an/the, collapse whitespace; 1.0 when the prediction equals any golden answer."""
+"""Search-QA's reward: exact match as Search-R1 scores it (`verl/utils/reward_score/qa_em.py`: lower-case, drop ASCII
+punctuation, drop the articles a/an/the, collapse whitespace; 1.0 when the prediction equals any golden answer), what
+the trainer trains on, and the leak rule of its hindsight skills.
+
+Trained on: the episode's success, an `<answer>` whose exact match is 1.0 (`outcome`). GRPO scores every turn of an
+episode `SUCCESS_REWARD`·won − `INVALID_PENALTY` if that turn's reply was invalid (`projection.parse_reply`), with
+the SEED code's values for search (1 and 0.01), and normalises the scores of a group by their mean and standard
+deviation (`ADVANTAGE_NORM`); the trajectory's reward is `SUCCESS_REWARD`·won. Logged and evaluated: the exact match
+itself (`StepResult.reward` and `StepResult.score` of the answering step; eval's "exact match"), and whether a
+search retrieved a golden answer (`answer_in_text`, the expert's evidence test; `info["answer_retrieved"]`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,10 @@ import re
 import string
 
 from seedcli.envs.base import merge_spans
+
+SUCCESS_REWARD = 1.0  # episode reward = SUCCESS_REWARD · won (1 · exact match)
+INVALID_PENALTY = 0.01  # per invalid turn: the SEED code's value for search
+ADVANTAGE_NORM = "mean_std"  # a group's turn scores: minus their mean, over their standard deviation
 
 # Search-R1 removes only `string.punctuation` (ASCII); curly quotes, en dashes etc. stay and must match verbatim
 _PUNCTUATION = frozenset(string.punctuation)
@@ -27,6 +40,11 @@ def exact_match(prediction: str, golden_answers: list[str]) -> float:
         golden_answers = [golden_answers]
     predicted = normalize_answer(prediction)
     return 1.0 if any(normalize_answer(g) == predicted for g in golden_answers) else 0.0
+
+
+def outcome(em: float) -> tuple[bool, float]:
+    """(success, score) of an answer whose exact match is `em`: a success when it is 1.0; the score is `em`."""
+    return em == 1.0, em
 
 
 def answer_in_text(golden_answers: list[str], text: str) -> str | None:

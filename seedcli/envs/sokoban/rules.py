@@ -8,8 +8,6 @@ still movable. A baseline so the pipeline runs offline, not the paper's analyzer
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 RULES_VERSION = "sokoban-rules-v1"
@@ -113,44 +111,3 @@ def rules_skill(trajectory) -> tuple[str, str]:
         "Plan the shortest route before moving: count the pushes the box needs and walk the shortest way to the "
         "pushing side, without detours.",
     )
-
-
-MIN_LEAKED_MOVES = 4
-_MOVE_WORD = re.compile(r"(?<![a-z])(up|down|left|right)(?![a-z])", re.IGNORECASE)
-# what may stand between two moves of one written sequence: spaces, commas, arrows, quotes, "then"/"and"
-_MOVE_SEP = re.compile(r"""[\s,;:/|'"`()\[\]>→-]*(?:(?:and then|then|and)[\s,;:/|'"`()\[\]>→-]*)?""", re.IGNORECASE)
-_ADMISSIBLE = ("up", "down", "left", "right")  # the prompt's own list of actions, in its order
-
-
-def move_spans(moves: list[str], skill: str, min_moves: int = MIN_LEAKED_MOVES) -> list[tuple[int, int]]:
-    """The (start, end) spans of `skill` that write at least `min_moves` consecutive moves of `moves` (this
-    episode's up/down/left/right, in order) in a row: move words (any case) separated by spaces, commas, arrows,
-    quotes, "then" or "and" ("up, up, left, down", "Up -> Up -> Left -> Down"). Letters ("U U L D") are not read;
-    exactly the prompt's list "up, down, left, right" is not counted."""
-    episode = tuple(m.lower() for m in moves)
-
-    def occurs(window: tuple[str, ...]) -> bool:
-        n = len(window)
-        return any(episode[j : j + n] == window for j in range(len(episode) - n + 1))
-
-    runs: list[list[re.Match]] = []
-    for m in _MOVE_WORD.finditer(skill):
-        if runs and _MOVE_SEP.fullmatch(skill, runs[-1][-1].end(), m.start()):
-            runs[-1].append(m)
-        else:
-            runs.append([m])
-    spans: list[tuple[int, int]] = []
-    for run in runs:
-        words = tuple(m.group(1).lower() for m in run)
-        i = 0
-        while i + min_moves <= len(words):
-            n = min_moves
-            while i + n <= len(words) and occurs(words[i : i + n]):
-                n += 1
-            n -= 1  # the longest window from i that the episode played
-            if n >= min_moves and words[i : i + n] != _ADMISSIBLE:
-                spans.append((run[i].start(), run[i + n - 1].end()))
-                i += n
-            else:
-                i += 1
-    return spans

@@ -56,6 +56,8 @@ LUCENE_REFERENCE_FILE = "lucene_reference.jsonl"
 EXPECTED_GOALS = 6910  # WebShop's small setting: 415 products with an instruction, one goal per option combination
 TEST_GOALS = 500  # verl-agent and SEED: test = goals 0-499, train = goals 500 onward
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
+CATEGORIES = ("beauty", "electronics", "fashion", "garden", "grocery")  # the goals' product categories
+TASK_ID_RE = re.compile(r"^goal-(\d+)$")  # `task_id`'s form
 _SCRAPE_KEYS = (
     "product_information",
     "brand",
@@ -418,7 +420,7 @@ class Shop:
     def engine(self):
         """The BM25 search engine over the products (built on first use, about a second for 1,000 products)."""
         if self._engine is None:
-            from seedcli.envs.webshop.engine import SearchEngine
+            from seedcli.envs.webshop.game import SearchEngine  # game.py reads this module: import it here
 
             self._engine = SearchEngine(self.products)
         return self._engine
@@ -430,6 +432,11 @@ class Shop:
         if split == "train":
             return range(min(TEST_GOALS, len(self.goals)), len(self.goals))
         raise UserError(f"unknown WebShop split {split!r}: use test or train")
+
+
+def task_id(goal_index: int) -> str:
+    """The stable id of a goal: its index in the seeded goal order."""
+    return f"goal-{goal_index}"
 
 
 def read_title_nouns(root: Path) -> dict[str, list[str]]:
@@ -478,7 +485,7 @@ def load_shop(root: str | os.PathLike | None = None, seed: int = 0) -> Shop:
             random.Random(seed).shuffle(goals)
             nouns = read_title_nouns(path)
             _check_nouns(products, nouns, data_folder(path) / NOUNS_FILE)
-            from seedcli.envs.webshop.reward import set_title_nouns
+            from seedcli.envs.webshop.reward import set_title_nouns  # reward.py reads this module: import it here
 
             set_title_nouns(nouns)
             attribute_to_asins: dict[str, set[str]] = defaultdict(set)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from seedcli.envs.webshop.engine import END_BUTTON, NEXT_PAGE, PREV_PAGE, PRODUCT_WINDOW, WebShopSession
+from seedcli.envs.webshop.game import END_BUTTON, NEXT_PAGE, PREV_PAGE, PRODUCT_WINDOW, WebShopSession
 
 SEARCH_PLACEHOLDER = "search[<your query>]"  # how verl-agent lists the search bar among the admissible actions
 

@@ -1,4 +1,11 @@
-"""WebShop's purchase reward (web_agent_site/engine/goal.py), ported with its quirks.
+"""WebShop's reward: its purchase reward (web_agent_site/engine/goal.py, ported with its quirks), what the trainer
+trains on, and the leak rule of its hindsight skills.
+
+Trained on: the episode's success, a purchase whose reward is exactly 1.0 (`outcome`). GRPO scores every turn of an
+episode `SUCCESS_REWARD`·won − `INVALID_PENALTY` if that turn's reply was invalid (`projection.project_action`), and
+normalises the scores of a group by their mean only (`ADVANTAGE_NORM`, as the SEED code does for WebShop); the
+trajectory's reward is `SUCCESS_REWARD`·won. Logged and evaluated, not trained on: the purchase reward itself, in
+[0, 1] (`StepResult.reward` of the buying step and the episode's `StepResult.score`; eval's "score").
 
     reward, info = get_reward(product, goal, price=12.5, options={"color": "black", "size": "large"})
 
@@ -25,6 +32,10 @@ from thefuzz import fuzz
 
 from seedcli.envs.base import merge_spans
 from seedcli.errors import UserError
+
+SUCCESS_REWARD = 10.0  # episode reward = SUCCESS_REWARD · won
+INVALID_PENALTY = 0.1  # per invalid turn
+ADVANTAGE_NORM = "mean"  # a group's turn scores: minus their mean (the SEED code does not divide by the std here)
 
 COLOR_SET = [
     "alabaster",
@@ -285,6 +296,12 @@ def get_reward(
         info["r_price"] = r_price
         info["w_price"] = 1 / denominator
     return total, info
+
+
+def outcome(purchase_reward: float, done: bool) -> tuple[bool, float]:
+    """(success, score) of a session: once it is over (bought), success is a purchase reward of exactly 1.0 and the
+    score is that reward; before, neither."""
+    return bool(done and purchase_reward == 1.0), float(purchase_reward) if done else 0.0
 
 
 def goal_spans(skill: str, asin: str, title: str) -> list[tuple[int, int]]:

@@ -1,0 +1,126 @@
+"""The bodies of `seed report` and `seed plot`, and the eval stage's writer of its results, report and plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from seedcli.artifacts import atomic_write_bytes, atomic_write_text
+from seedcli.errors import UserError
+from seedcli.report.compare import compare_runs
+from seedcli.report.markdown import describe_model, render_report
+from seedcli.report.plots import METRICS, plot_compare, plot_success_by_type, plot_training_curves
+from seedcli.report.results import RESULTS, env_of, load_results
+
+
+def write_eval_outputs(run_dir: Path, results: dict, *, run_id: str, title: str | None = None) -> dict[str, Path]:
+    """results.json, report.md and success_by_type.png of an eval run, each written atomically."""
+    run_dir = Path(run_dir)
+    atomic_write_bytes(run_dir / RESULTS, orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
+    title = title or f"{env_of(results).title} eval — {results['split']}"
+    atomic_write_text(
+        run_dir / "report.md", render_report(results, title=title, model_desc=describe_model(results), run_id=run_id)
+    )
+    png = plot_success_by_type(results, run_dir / "success_by_type.png")
+    return {"results": run_dir / RESULTS, "report": run_dir / "report.md", "plot": png}
+
+
+def _run_label(run: Path) -> str:
+    """The run directory's name, prefixed by its algorithm when the manifest says (e.g. 'seed 20250101T…')."""
+    run = Path(run)
+    d = run if run.is_dir() else run.parent
+    label = d.resolve().name or str(d)  # `runs/rl/latest` is labelled by the run it points to
+    try:
+        data = orjson.loads((d / "manifest.json").read_bytes())
+        algo = (data.get("config") or {}).get("algo")
+        if isinstance(algo, str):
+            return f"{algo.upper()} {label}"
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        pass
+    return label
+
+
+def _read_manifest_dict(run_dir: Path) -> dict:
+    try:
+        data = orjson.loads((run_dir / "manifest.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _model_name(model: str) -> str:
+    """A short name for a model directory: its own name, or the checkpoint's for `.../step_000120/model`."""
+    parts = [p for p in Path(str(model)).parts if p not in ("model", "/", ".")]
+    return parts[-1] if parts else str(model)
+
+
+def eval_label(run: str | Path, results: dict) -> str:
+    """A comparison's name for an eval run: its policy (expert, random) or its model, named by the run it came from
+    and that run's algorithm (e.g. 'SEED rl', 'GRPO rl step_000040', 'sft'), else the model directory's name."""
+    run = Path(run)
+    d = run if run.is_dir() else run.parent
+    manifest = _read_manifest_dict(d)
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    agent = results.get("agent") if isinstance(results.get("agent"), dict) else {}
+    policy = config.get("policy") or agent.get("policy") or "model"
+    if policy != "model":
+        return f"{policy} policy" if isinstance(policy, str) else "mixed policies"
+    inputs = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
+    source = next((i for i in inputs if isinstance(i, dict) and i.get("stage") in ("sft", "rl")), None)
+    if source is not None:
+        algo = (_read_manifest_dict(Path(str(source.get("path", "")))).get("config") or {}).get("algo")
+        label = f"{algo.upper()} {source['stage']}" if isinstance(algo, str) else str(source["stage"])
+        checkpoint = Path(str(config.get("from_run") or "")).name
+        return f"{label} {checkpoint}" if checkpoint.startswith("step_") else label
+    model = config.get("model") or agent.get("model_id")
+    return _model_name(model) if isinstance(model, str) and model else _run_label(run)
+
+
+def report_command(run_dirs: list[str | Path], out_dir: str | Path) -> dict[str, Path]:
+    """`seed report RUN...`: compare.md + compare.png over the runs' results.json; with one run also report.md."""
+    loaded = [(Path(r), load_results(r)) for r in run_dirs]
+    if not loaded:
+        raise UserError("seed report: pass at least one eval run directory")
+    names = [eval_label(run, res) for run, res in loaded]
+    # runs of the same policy/model are told apart by their run directory
+    names = [
+        f"{name} · {(run if run.is_dir() else run.parent).resolve().name}" if names.count(name) > 1 else name
+        for name, (run, _) in zip(names, loaded, strict=True)
+    ]
+    labels: dict[str, int] = {}
+    results_list = []
+    for label, (_run, res) in zip(names, loaded, strict=True):
+        n = labels[label] = labels.get(label, 0) + 1
+        results_list.append((label if n == 1 else f"{label} #{n}", res))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {"compare_md": out / "compare.md"}
+    atomic_write_text(written["compare_md"], compare_runs(results_list))
+    written["compare_png"] = plot_compare(results_list, out / "compare.png")
+    if len(loaded) == 1:
+        run, res = loaded[0]
+        written["report_md"] = out / "report.md"
+        atomic_write_text(
+            written["report_md"],
+            render_report(
+                res,
+                title=f"{env_of(res).title} eval — {res['split']}",
+                model_desc=describe_model(res),
+                run_id=results_list[0][0],
+            ),
+        )
+        written["success_png"] = plot_success_by_type(res, out / "success_by_type.png")
+    return written
+
+
+def plot_command(run_dirs: list[str | Path], out_dir: str | Path) -> list[Path]:
+    """`seed plot RUN...`: training curves from each run's metrics.jsonl (a run directory or the file itself)."""
+    pairs = []
+    for r in run_dirs:
+        r = Path(r)
+        path = r / METRICS if r.is_dir() else r
+        if not path.exists():
+            raise UserError(f"{r}: no {METRICS}; `seed plot` takes rl runs (runs/rl/<id>/) or their {METRICS}")
+        pairs.append((_run_label(r), path))
+    return plot_training_curves(pairs, Path(out_dir))

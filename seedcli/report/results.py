@@ -1,0 +1,157 @@
+"""results.json of an eval run: its schema, how `seed eval` builds it from episodes, and how it is read back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from seedcli.envs import env_class
+from seedcli.envs.base import Environment
+from seedcli.errors import UserError
+from seedcli.records import Trajectory
+
+# 2: per-category results under `categories` (schema 1 named them `task_types`; still read), `env`, scores.
+RESULTS_SCHEMA_VERSION = 2
+RESULTS = "results.json"
+
+
+def canonical_split(split: str) -> str:
+    """'seen' → 'valid_seen', 'unseen' → 'valid_unseen'; other names unchanged."""
+    return {"seen": "valid_seen", "unseen": "valid_unseen"}.get(split, split)
+
+
+def env_of(results: dict) -> type[Environment]:
+    """The environment a results.json is of (ALFWorld for results written before it was recorded)."""
+    return env_class(results.get("env") or "alfworld")
+
+
+def ordered_types(types: Iterable[str], env: type[Environment]) -> list[str]:
+    """The environment's categories in report order, then any unknown one alphabetically."""
+    types = set(types)
+    known = list(env.categories)
+    return known + sorted(types - set(known))
+
+
+def _one_or_all(values: list[Any]) -> Any:
+    """A field that should be the same in every episode: the value, or the sorted distinct values if mixed."""
+    distinct: dict[bytes, Any] = {}
+    for v in values:
+        distinct.setdefault(orjson.dumps(v, option=orjson.OPT_SORT_KEYS), v)
+    if len(distinct) == 1:
+        return next(iter(distinct.values()))
+    return [distinct[k] for k in sorted(distinct)]
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return round(num / den, 6) if den else None
+
+
+def summarize_episodes(
+    episodes: list[Trajectory],
+    *,
+    split: str,
+    partial: bool,
+    expected_games: int,
+    wall_time_s: float,
+    env: str | None = None,
+) -> dict:
+    """The content of results.json: success and score per category, their macro averages (ALFWorld's headline),
+    micro success and mean score over all episodes (WebShop's), cost. `env` defaults to the episodes' own."""
+    env_name = env or (episodes[0].env if episodes else "alfworld")
+    cls = env_class(env_name)
+    by_type: dict[str, list[Trajectory]] = {}
+    for ep in episodes:
+        by_type.setdefault(ep.category, []).append(ep)
+    categories: dict[str, dict] = {}
+    for t in ordered_types(by_type, cls):
+        eps = by_type.get(t, [])
+        wins = sum(ep.won for ep in eps)
+        categories[t] = {
+            "games": len(eps),
+            "wins": wins,
+            "success_rate": _ratio(wins, len(eps)),
+            "mean_score": _ratio(sum(ep.score for ep in eps), len(eps)),
+        }
+    rates = [v["success_rate"] for v in categories.values() if v["games"]]
+    scores = [v["mean_score"] for v in categories.values() if v["games"]]
+    turns = sum(len(ep.turns) for ep in episodes)
+    invalid = sum(ep.invalid_turns for ep in episodes)
+    wins = sum(ep.won for ep in episodes)
+    agent = (
+        {
+            field: _one_or_all([getattr(ep, field) for ep in episodes])
+            for field in ("policy", "model_id", "model_hash", "engine", "prompt_version", "sampling")
+        }
+        if episodes
+        else {}
+    )
+    return {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "env": cls.name,
+        "split": canonical_split(split) if cls.name == "alfworld" else split,
+        "partial": bool(partial),
+        "episodes": len(episodes),
+        "expected_games": expected_games,
+        "categories": categories,
+        "macro_success": round(sum(rates) / len(rates), 6) if rates else None,
+        "macro_types": len(rates),
+        "micro_success": _ratio(wins, len(episodes)),
+        "mean_score": _ratio(sum(ep.score for ep in episodes), len(episodes)),
+        "macro_score": round(sum(scores) / len(scores), 6) if scores else None,
+        "wins": wins,
+        "mean_episode_length": _ratio(sum(ep.length for ep in episodes), len(episodes)),
+        **({"mean_reward": _ratio(sum(ep.env_return for ep in episodes), len(episodes))} if cls.reports_reward else {}),
+        "turns": turns,
+        "invalid_turns": invalid,
+        "invalid_action_rate": _ratio(invalid, turns),
+        "tokens_generated": sum(len(turn.response_ids) for ep in episodes for turn in ep.turns),
+        **_action_counts(episodes, cls),
+        "wall_time_s": round(float(wall_time_s), 3),
+        "agent": agent,
+    }
+
+
+def _action_counts(episodes: list[Trajectory], env: type[Environment]) -> dict:
+    """{"per_episode": {label: mean count}} of the actions the environment counts (search calls); {} for none."""
+    if not env.counted_actions:
+        return {}
+    counts = {
+        label: _ratio(sum(t.action.startswith(prefix) for ep in episodes for t in ep.turns), len(episodes))
+        for label, prefix in env.counted_actions.items()
+    }
+    return {"per_episode": counts}
+
+
+def load_results(run: str | Path) -> dict:
+    """results.json of an eval run (the run directory or the file itself); anything else is a UserError."""
+    run = Path(run)
+    hint = "pass an eval run directory (runs/eval/<id>/) written by `seed eval`"
+    if not run.exists():
+        raise UserError(f"{run}: no such file or directory; {hint}")
+    if run.is_dir() and not (run / RESULTS).exists():
+        raise UserError(f"{run}: no {RESULTS}, so not an eval run; {hint}")
+    if not run.is_dir() and run.name != RESULTS:
+        raise UserError(f"{run}: not a {RESULTS}; {hint}")
+    path = run / RESULTS if run.is_dir() else run
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({str(exc).splitlines()[0]}); rerun `seed eval`") from None
+    if isinstance(data, dict) and "task_types" in data and "categories" not in data:
+        data["categories"] = data.pop("task_types")  # schema 1: ALFWorld only
+        data.setdefault("env", "alfworld")
+    missing = [k for k in ("categories", "macro_success", "split") if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise UserError(f"{path}: not a seedcli eval result (missing {', '.join(missing)}); rerun `seed eval`")
+    if data.get("schema_version", 0) > RESULTS_SCHEMA_VERSION:
+        raise UserError(f"{path}: results schema {data['schema_version']} is newer than this seedcli; upgrade seedcli")
+    try:
+        env_of(data)
+    except UserError:
+        raise UserError(
+            f"{path}: results of environment {data.get('env')!r}, which this seedcli does not know"
+        ) from None
+    return data

@@ -1,0 +1,144 @@
+"""What the stages that play an environment share (collect, eval, rl): the model directory and whether it can see
+the environment's observations, the environment and rollout settings a config names, the policy's engine, and
+playing episodes into a resumable trajectories file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from seedcli.config import RolloutConfig
+from seedcli.envs import get_env
+from seedcli.envs.base import Environment
+from seedcli.envs.pool import EnvPool
+from seedcli.errors import UserError
+from seedcli.images import IMAGES_DIR, run_images
+from seedcli.progress import StageProgress
+from seedcli.records import JsonlWriter, Trajectory, iter_jsonl, repair_tail, write_jsonl
+from seedcli.rollout import EpisodeSpec, RolloutSettings, play_episodes
+
+
+def check_model_dir(model: str | None, flag: str = "--model") -> Path:
+    """A model directory in Hugging Face format, or a one-line error."""
+    if not model:
+        raise UserError(
+            f"no model given: pass {flag} DIR (build a tiny one with `seed model init --preset tiny --out DIR`)"
+        )
+    path = Path(model)
+    if not path.is_dir():
+        raise UserError(
+            f"{flag} {path}: no such directory (build one with `seed model init --preset tiny --out {path}`)"
+        )
+    if not (path / "config.json").exists():
+        raise UserError(f"{flag} {path}: no config.json; not a Hugging Face model directory")
+    return path
+
+
+def check_model_sees(env: Environment, model_dir: Path, flag: str = "--model") -> None:
+    """Refuse, in one line, a text-only model on an environment that shows images: it would play blind (the prompt's
+    image placeholder is all it reads) and the run would still end complete."""
+    from seedcli.engines.base import is_vision_model
+
+    if env.frame_size() is not None and not is_vision_model(model_dir):
+        raise UserError(
+            f"{flag} {model_dir}: a text-only model (no vision tower) cannot see {env.title}'s image observations "
+            "(env_options observation: image) and would play blind; use a vision-language model (e.g. `seed model "
+            "init --preset tiny-vl --out DIR`) or text observations (--env-options '{observation: text}')"
+        )
+
+
+def make_env(cfg: RolloutConfig) -> Environment:
+    """The environment a rollout config names, with its data root and options."""
+    return get_env(cfg.env, data_root=cfg.data_root, **cfg.env_options)
+
+
+def settings_from(cfg: RolloutConfig) -> RolloutSettings:
+    return RolloutSettings(
+        max_steps=cfg.max_steps,
+        history=cfg.history,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
+        rollout=cfg.rollout,
+    )
+
+
+def load_policy_engine(cfg: RolloutConfig, model_dir: Path):
+    """Engine + the metadata every trajectory records about the model."""
+    from seedcli.engines import load_engine
+    from seedcli.engines.tiny import model_hash
+
+    engine = load_engine(cfg.engine, model_dir, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
+    meta = {"engine": cfg.engine, "model_id": str(model_dir), "model_hash": model_hash(model_dir), "policy": "model"}
+    return engine, meta
+
+
+def read_done(path: Path) -> dict[str, Trajectory]:
+    """Episodes already on disk (a resumed run keeps them). A partial last line is dropped, and duplicate
+    episodes (which no normal run writes) collapse to the first copy, rewriting the file."""
+    if not path.exists():
+        return {}
+    repair_tail(path)
+    done: dict[str, Trajectory] = {}
+    lines = 0
+    for t in iter_jsonl(path, Trajectory):
+        lines += 1
+        done.setdefault(t.episode_id, t)
+    if lines != len(done):
+        write_jsonl(path, done.values())
+    return done
+
+
+def play_to_file(
+    label: str,
+    specs: list[EpisodeSpec],
+    policy,
+    cfg: RolloutConfig,
+    meta: dict,
+    out: Path,
+    expert: bool = False,
+    env: Environment | None = None,
+) -> tuple[list[Trajectory], int]:
+    """Play the episodes of `specs` not yet in `out`, appending each to it as it finishes (so a killed run resumes
+    where it stopped). Returns every episode in the order it finished (those already on disk first) and how
+    many were already on disk. Shared by collect and eval. A record on disk from another environment or task is
+    refused (the file belongs to another run)."""
+    env = env or make_env(cfg)
+    done = read_done(out)
+    wanted = {s.episode_id: s.task.task_id for s in specs}
+    for ep in done.values():
+        if ep.env != env.name or wanted.get(ep.episode_id, ep.task_id) != ep.task_id:
+            raise UserError(
+                f"{out}: episode {ep.episode_id} is {ep.env} task {ep.task_id}, not what this run plays "
+                f"({env.name}); resume it with the config it was made with, or start a new run"
+            )
+    todo = [s for s in specs if s.episode_id not in done]
+    episodes = [done[s.episode_id] for s in specs if s.episode_id in done]
+    settings = settings_from(cfg)
+    t0 = time.time()
+    wins = sum(e.won for e in episodes)
+    steps = 0
+    with (
+        EnvPool(env, cfg.workers, expert=expert) as pool,
+        JsonlWriter(out) as writer,
+        StageProgress(label, len(specs)) as progress,
+    ):
+        progress.advance(len(episodes))
+
+        def on_done(traj: Trajectory) -> None:
+            nonlocal wins, steps
+            writer.write(traj)
+            episodes.append(traj)
+            wins += traj.won
+            steps += traj.length
+            progress.advance(1, success=wins / len(episodes), steps_per_s=steps / max(time.time() - t0, 1e-9))
+
+        images = run_images(out.parent)
+        play_episodes(todo, policy, pool, settings, meta, on_done, cfg.gen_batch, images=images)
+    return episodes, len(done)
+
+
+def image_outputs(run_dir: Path) -> dict[str, None]:
+    """The `images/` folder as a manifest output when the run stored observation images (visual environments)."""
+    return {IMAGES_DIR: None} if (run_dir / IMAGES_DIR).is_dir() else {}
