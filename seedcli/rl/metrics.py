@@ -97,6 +97,10 @@ def update_metrics(
         "reward/mean": sum(scored.episode_rewards) / max(len(episodes), 1),
         "reward/score_mean": sum(e.score for e in episodes) / max(len(episodes), 1),
         "reward/turn_score_mean": sum(s.score for s in samples) / max(len(samples), 1),
+        # turn-samples with advantage 0 (their group's turn scores were all equal: no GRPO signal) and groups whose
+        # episodes did not all end alike (won and lost): how much of the batch can teach anything
+        "adv/zero_frac": sum(s.advantage == 0.0 for s in samples) / max(len(samples), 1),
+        "adv/mixed_group_frac": _mixed_group_frac(episodes),
         "rollout/success_rate": ep["success_rate"],
         **{f"rollout/success/{k}": v for k, v in ep["success_by_type"].items()},
         "rollout/episodes": len(episodes),
@@ -139,6 +143,14 @@ def update_metrics(
     if audit is not None and plan.analyzer != "none":
         record.update(audit(batch.episodes, batch.skills))
     return record
+
+
+def _mixed_group_frac(episodes: Sequence) -> float:
+    """Share of GRPO groups (episodes of one game) with both a won and a lost episode."""
+    outcomes: dict[str, set[bool]] = {}
+    for e in episodes:
+        outcomes.setdefault(e.group_id, set()).add(bool(e.won))
+    return sum(len(o) == 2 for o in outcomes.values()) / max(len(outcomes), 1)
 
 
 def step_skill_metrics(batch: Batch, samples: Sequence[TurnSample]) -> dict[str, float]:

@@ -223,9 +223,11 @@ def test_opd_gate_stats_by_hand():
 def test_update_metrics_reports_the_official_opd_names():
     info = DistInfo()
     turn = SimpleNamespace(response_ids=[1, 2], finish_reason="stop")
-    episodes = [SimpleNamespace(won=w, invalid_turns=0, score=float(w), turns=[turn]) for w in (True, False, False)]
+    episodes = [
+        SimpleNamespace(won=w, invalid_turns=0, score=float(w), turns=[turn], group_id="g") for w in (True, False, False)
+    ]
     batch = Batch(episodes, [None, "a skill of some words", None], [SKIPPED_SUCCESS, None, "unparseable"])
-    sample = SimpleNamespace(score=1.0, length=4, skill_length=6, has_skill=True)
+    sample = SimpleNamespace(score=1.0, length=4, skill_length=6, has_skill=True, advantage=0.5)
     mine = [
         # Δ = ℓ_skill − ℓ_old: 0.5, -0.5 | (no skill) | 0.1 → 2 of 3 tokens have g > 0.5
         SimpleNamespace(old_logp=torch.tensor([-1.0, -2.0]), skill_logp=torch.tensor([-0.5, -2.5])),

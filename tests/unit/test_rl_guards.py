@@ -215,8 +215,8 @@ def test_update_logs_the_harm_measures_by_hand():
 def test_update_metrics_logs_leak_guarded_only_when_on():
     info = DistInfo()
     turn = SimpleNamespace(response_ids=[1], finish_reason="stop")
-    episodes = [SimpleNamespace(won=False, invalid_turns=0, score=0.0, turns=[turn])]
-    sample = SimpleNamespace(score=0.0, length=2, skill_length=3, has_skill=True)
+    episodes = [SimpleNamespace(won=False, invalid_turns=0, score=0.0, turns=[turn], group_id="g")]
+    sample = SimpleNamespace(score=0.0, length=2, skill_length=3, has_skill=True, advantage=0.0)
     log = PhaseLog(info)
     log.timing["rollout"] = 1.0
     summary = {"success_rate": 0.0, "success_by_type": {}, "mean_length": 1.0, "invalid_rate": 0.0}
@@ -231,6 +231,31 @@ def test_update_metrics_logs_leak_guarded_only_when_on():
             result=UpdateResult({"opd/loss": 0.0}), sync={}, log=log, weights=LossWeights(),
         )  # fmt: skip
         assert record.get("skills/leak_guarded") == expect
+
+
+def test_update_metrics_count_the_samples_and_groups_without_signal():
+    # 3 groups: g0 won and lost (signal), g1 all lost, g2 all won; 2 of 5 samples have advantage 0
+    info = DistInfo()
+    turn = SimpleNamespace(response_ids=[1], finish_reason="stop")
+    outcomes = [("g0", True), ("g0", False), ("g1", False), ("g1", False), ("g2", True)]
+    episodes = [SimpleNamespace(won=w, invalid_turns=0, score=float(w), turns=[turn], group_id=g) for g, w in outcomes]
+    samples = [
+        SimpleNamespace(score=0.0, length=2, skill_length=0, has_skill=False, advantage=a)
+        for a in (0.7, -0.7, 0.0, 0.0, 0.3)
+    ]
+    log = PhaseLog(info)
+    log.timing["rollout"] = 1.0
+    summary = {"success_rate": 0.4, "success_by_type": {}, "mean_length": 1.0, "invalid_rate": 0.0}
+    ctx = SimpleNamespace(
+        info=info, plan=Plan("none", None, 0.0, 5.0), hooks=EnvHooks(insert_skill=lambda p, s: p), cfg=RLConfig()
+    )
+    record = update_metrics(
+        ctx, 1, epoch=0, games=3, batch=Batch(episodes, [None] * 5, [None] * 5), episode_summary=summary,
+        scored=Rescored(samples, [], [], {}, 0.0, 0.0, 0), result=UpdateResult({}), sync={}, log=log,
+        weights=LossWeights(),
+    )  # fmt: skip
+    assert record["adv/zero_frac"] == pytest.approx(2 / 5)
+    assert record["adv/mixed_group_frac"] == pytest.approx(1 / 3)
 
 
 def test_guard_options_keep_default_hashes():
