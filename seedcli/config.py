@@ -430,7 +430,8 @@ class RLConfig(RolloutConfig):
         description="adaptive = RetireOPD's Adaptive Retirement: at a validation where the student's success reached "
         "retire_fraction × retire_teacher_success and the teacher-student discrepancy (per-token KL estimate "
         "ℓ_old − ℓ_skill) has not shrunk for retire_patience validations, λ_opd is 0 from the next update on (RL "
-        "alone); off = the paper's SEED",
+        "alone); off = the paper's SEED. The discrepancy measure and the plateau rule are seedcli's reading of the "
+        "paper (its code is not public)",
         json_schema_extra={"hash": "if_set"},
         validate_default=True,
     )
