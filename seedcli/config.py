@@ -48,6 +48,9 @@ def _dtype_value(value: Any) -> Any:
         raise ValueError(str(exc)) from None
 
 
+# GiGPO's settings: in the config hash only with step_advantage gigpo
+GIGPO_FIELDS = ("gigpo_gamma", "step_advantage_w", "gigpo_norm", "gigpo_similarity", "gigpo_similarity_threshold")
+
 # marks a field whose default is the environment's (`_env_defaults`): the CLI's help says so instead of one number
 _ENV_DEFAULT = {"env_default": True}
 
@@ -104,6 +107,9 @@ def _env_defaults(cls: type, data: dict) -> dict:
         "val_split": env.val_split,
         "advantage_norm": env.advantage_norm,
         "max_step_skills": env.max_step_skills,
+        "gigpo_norm": env.gigpo_norm,
+        "gigpo_similarity": env.gigpo_similarity_threshold is not None,
+        "gigpo_similarity_threshold": env.gigpo_similarity_threshold or 0.95,
     }
     defaults["split"] = env.eval_splits[0] if cls.__name__ == "EvalConfig" else env.train_split
     out = dict(data)
@@ -305,7 +311,11 @@ class RLConfig(RolloutConfig):
     """`seed rl`: GRPO + self-evolving on-policy distillation (docs/design.md §1, Stage 2)."""
 
     from_run: str | None = Field(None, description="sft run to start from (or --model)")
-    algo: Literal["seed", "grpo", "sdar", "opsd"] = Field("seed", description="seed | grpo | sdar | opsd")
+    algo: Literal["seed", "grpo", "gigpo", "sdar", "opsd"] = Field(
+        "seed",
+        description="seed | grpo | gigpo (GRPO with GiGPO's step credit, no OPD; implies step_advantage=gigpo) | "
+        "sdar | opsd",
+    )
     analyzer: str = Field(
         "self",
         description="self (π_old writes each episode's skill) | rules (the environment's offline rules analyzer "
@@ -329,7 +339,9 @@ class RLConfig(RolloutConfig):
     train_fraction: float = Field(1.0, gt=0, le=1.0, description="fraction of the training games used")
     val_every: int = Field(5, ge=0, description="validate on seen games every N updates (0 = never)")
     val_games: int = Field(24, ge=1, description="seen games per validation")
-    save_every: int = _nohash("checkpoint every N updates (0 = none, not even the last: nothing to resume from)", 10, ge=0)
+    save_every: int = _nohash(
+        "checkpoint every N updates (0 = none, not even the last: nothing to resume from)", 10, ge=0
+    )
     gpus: int = _nohash("GPUs (torchrun); 0 = CPU", 0, ge=0)
     nproc: int = _nohash("CPU processes (DDP over gloo)", 1, ge=1)
     split: str = Field(
@@ -353,6 +365,76 @@ class RLConfig(RolloutConfig):
         json_schema_extra=_ENV_DEFAULT,
     )
     val_temperature: float = Field(0.4, ge=0.0, description="sampling temperature for validation episodes")
+    # GiGPO's step credit (verl-agent's gigpo/core_gigpo.py; docs/parity.md); hashed only when step_advantage=gigpo
+    step_advantage: Literal["none", "gigpo"] = Field(
+        "none",
+        description="none = the episode-relative advantage only (GRPO, SEED); gigpo = plus GiGPO's step-relative "
+        "advantage (turns of a task group with the same observation form a step group); --algo gigpo sets it; "
+        "with --algo seed it puts SEED's OPD on top of GiGPO (the SEED code forbids this: step_advantage_w must be 0)",
+        json_schema_extra={"hash": "if_set"},
+    )
+    gigpo_gamma: float = Field(
+        0.95, ge=0.0, le=1.0, description="GiGPO's discount γ of the step returns (verl-agent's algorithm.gamma)"
+    )
+    step_advantage_w: float = Field(
+        1.0,
+        ge=0.0,
+        description="ω, the weight of GiGPO's step advantage: episode + ω·step (algorithm.gigpo.step_advantage_w)",
+    )
+    gigpo_norm: Literal["mean_std", "mean"] = Field(
+        "mean_std",
+        description="GiGPO's normalisation of both advantages, replacing advantage_norm: mean_std | mean (verl-agent's "
+        "algorithm.gigpo.mode; default: its launchers': alfworld and search mean_std; webshop, sokoban, ezpoints mean)",
+        json_schema_extra=_ENV_DEFAULT,
+    )
+    gigpo_similarity: bool = Field(
+        False,
+        description="group steps whose observation texts are similar (difflib ratio ≥ gigpo_similarity_threshold), not "
+        "only identical (algorithm.gigpo.enable_similarity; default: the launchers': on for search only; text only)",
+        json_schema_extra=_ENV_DEFAULT,
+    )
+    gigpo_similarity_threshold: float = Field(
+        0.95,
+        gt=0.0,
+        lt=1.0,
+        description="similarity a step needs to join a step group (algorithm.gigpo.similarity_thresh; default: 0.95, "
+        "search's launcher 0.9)",
+        json_schema_extra=_ENV_DEFAULT,
+    )
+    # RetireOPD's Adaptive Retirement (arXiv 2609.20784; its code is not public: docs/parity.md says what is inferred)
+    retire_teacher_success: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="the teacher's recorded success rate in [0, 1] that the student's validation success is held "
+        "against (RetireOPD measures its trained skill-conditioned teacher; seedcli's teacher never plays, so give "
+        "it: e.g. the paper's or an eval's)",
+        json_schema_extra={"hash": "if_set"},
+    )
+    retire_fraction: float = Field(
+        0.9,
+        gt=0.0,
+        le=1.0,
+        description="the target fraction of retire_teacher_success (RetireOPD's; the value 0.9 is seedcli's guess)",
+        json_schema_extra={"hash": "if_set"},
+    )
+    retire_patience: int = Field(
+        1,
+        ge=1,
+        description="validations in a row without a new smallest discrepancy that count as 'stopped shrinking' "
+        "(inferred: the paper's exact rule is not public)",
+        json_schema_extra={"hash": "if_set"},
+    )
+    opd_retire: Literal["off", "adaptive"] = Field(
+        "off",
+        description="adaptive = RetireOPD's Adaptive Retirement: at a validation where the student's success reached "
+        "retire_fraction × retire_teacher_success and the teacher-student discrepancy (per-token KL estimate "
+        "ℓ_old − ℓ_skill) has not shrunk for retire_patience validations, λ_opd is 0 from the next update on (RL "
+        "alone); off = the paper's SEED. The discrepancy measure and the plateau rule are seedcli's reading of the "
+        "paper (its code is not public)",
+        json_schema_extra={"hash": "if_set"},
+        validate_default=True,
+    )
     # settings of the SEED code (algorithm.seed.* there; docs/parity.md); counted in the hash only when changed
     opd_start_after_steps: int | None = Field(
         None,
@@ -488,6 +570,34 @@ class RLConfig(RolloutConfig):
         "extra torchrun options for multi-node runs, e.g. '--nnodes 2 --node-rank 0 --rdzv-endpoint host:29500'"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gigpo_sets_step_advantage(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("algo") == "gigpo" and data.get("step_advantage") is None:
+            return {**data, "step_advantage": "gigpo"}
+        return data
+
+    @field_validator("step_advantage")
+    @classmethod
+    def _gigpo_is_step_credit(cls, v: str, info: ValidationInfo) -> str:
+        if info.data.get("algo") == "gigpo" and v != "gigpo":
+            raise ValueError("--algo gigpo is GiGPO's step credit: drop step_advantage=none, or use --algo grpo")
+        return v
+
+    @field_validator("opd_retire")
+    @classmethod
+    def _retirement_needs_a_teacher_and_validations(cls, v: str, info: ValidationInfo) -> str:
+        if v == "off":
+            return v
+        algo = info.data.get("algo")
+        if algo in ("grpo", "gigpo"):
+            raise ValueError(f"adaptive retires the OPD teacher, and --algo {algo} has none; use --algo seed")
+        if not info.data.get("val_every"):
+            raise ValueError("adaptive decides at validations: set val_every>=1")
+        if info.data.get("retire_teacher_success") is None:
+            raise ValueError("adaptive needs the teacher's success rate: set retire_teacher_success (e.g. 0.9)")
+        return v
+
     @field_validator("skill_mode")
     @classmethod
     def _step_skills_need_the_self_analyzer(cls, v: str, info: ValidationInfo) -> str:
@@ -519,6 +629,14 @@ class RLConfig(RolloutConfig):
                     del out[name]
         if self.skill_mode == "episode_only":
             out.pop("max_step_skills", None)
+        if self.step_advantage == "none":  # GiGPO's settings (some default to the environment's) change nothing then
+            for name in GIGPO_FIELDS:
+                out.pop(name, None)
+        elif not self.gigpo_similarity:
+            out.pop("gigpo_similarity_threshold", None)
+        if self.opd_retire == "off":
+            for name in ("retire_teacher_success", "retire_fraction", "retire_patience"):
+                out.pop(name, None)
         return out
 
 

@@ -16,7 +16,8 @@ What an environment supplies (class attributes are constants; methods have a def
                 `insert_step_skill`), `max_steps`, `history`, `max_step_skills`
     actions     `parse_action(response)` -> (action sent to the game, valid), `format_response(think, action)`
     reward      `success_reward` (episode reward = success_reward·won), `invalid_penalty` per invalid turn,
-                `advantage_norm` ("mean_std" or "mean": how GRPO normalises a group's turn scores)
+                `advantage_norm` ("mean_std" or "mean": how GRPO normalises a group's turn scores), `gigpo_norm`
+                and `gigpo_similarity_threshold` (GiGPO's mode and similarity grouping in verl-agent's launchers)
     analysis    `analysis_description` (first sentence of the analysis prompt), `rules_skill(trajectory)`,
                 `leaks(trajectory, skill)` (spans of the skill that leak this episode's hindsight facts)
     policies    `expert_response(result)`, `random_response(result, rng)`
@@ -145,6 +146,9 @@ class Environment(ABC):
     success_reward: ClassVar[float] = 10.0
     invalid_penalty: ClassVar[float] = 0.1
     advantage_norm: ClassVar[Literal["mean_std", "mean"]] = "mean_std"
+    # GiGPO (rl step_advantage gigpo): verl-agent's examples/gigpo_trainer/run_<env>.sh mode and similarity_thresh
+    gigpo_norm: ClassVar[Literal["mean_std", "mean"]] = "mean_std"
+    gigpo_similarity_threshold: ClassVar[float | None] = None  # None: step groups of identical observations only
     max_step_skills: ClassVar[int] = 5  # rl's default cap on step skills per episode (the SEED code's launchers)
     free_text: ClassVar[bool] = False  # True: StepResult.admissible is None and actions are free text
     splits: ClassVar[dict[str, str]]  # accepted split name or alias -> canonical split name

@@ -25,8 +25,10 @@ from seedcli.errors import UserError
 from seedcli.precision import compute_dtype
 from seedcli.prompts import insert_step_skill
 from seedcli.rl import distributed as D
+from seedcli.rl.advantages import GiGPOSettings
 from seedcli.rl.logprobs import Scorer
 from seedcli.rl.optimize import LossWeights
+from seedcli.rl.retire import Retirement
 from seedcli.rl.sampler import hash_seed
 from seedcli.rl.samples import BLANK_IMAGE, Reward
 from seedcli.rl.skill_library import SkillLibrary
@@ -50,22 +52,37 @@ class Plan:
         return self.analyzer != "none" and self.opd_coef > 0
 
 
-def opd_coef_at(cfg: RLConfig, coef: float, step: int) -> float:
+def opd_coef_at(cfg: RLConfig, coef: float, step: int, retired_at: int | None = None) -> float:
     """λ_opd of update `step` (1-based): `coef`, or 0 for updates ≤ `opd_start_after_steps` and > `opd_stop_after_steps`
-    (the SEED code's `_is_seed_teacher_signal_enabled`)."""
+    (the SEED code's `_is_seed_teacher_signal_enabled`), and > `retired_at` once RetireOPD's rule retired the teacher
+    (rl/retire.py)."""
     if cfg.opd_start_after_steps is not None and step <= cfg.opd_start_after_steps:
         return 0.0
     if cfg.opd_stop_after_steps is not None and step > cfg.opd_stop_after_steps:
         return 0.0
+    if retired_at is not None and step > retired_at:
+        return 0.0
     return coef
 
 
-def loss_weights(cfg: RLConfig, plan: Plan, step: int) -> LossWeights:
-    """The loss coefficients of update `step`: the config's, with the plan's λ_opd (0 outside
-    opd_start/stop_after_steps, and then no teacher pass either) and β."""
-    return LossWeights(
-        cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, opd_coef_at(cfg, plan.opd_coef, step), plan.opd_beta
+def gigpo_settings(cfg: RLConfig) -> GiGPOSettings | None:
+    """GiGPO's switches under step_advantage gigpo (`--algo gigpo`, or SEED on GiGPO); None: GRPO's advantages."""
+    if cfg.step_advantage != "gigpo":
+        return None
+    return GiGPOSettings(
+        gamma=cfg.gigpo_gamma,
+        step_weight=cfg.step_advantage_w,
+        norm=cfg.gigpo_norm,
+        similarity=cfg.gigpo_similarity,
+        similarity_threshold=cfg.gigpo_similarity_threshold,
     )
+
+
+def loss_weights(cfg: RLConfig, plan: Plan, step: int, retired_at: int | None = None) -> LossWeights:
+    """The loss coefficients of update `step`: the config's, with the plan's λ_opd (0 outside
+    opd_start/stop_after_steps and after a retirement, and then no teacher pass either) and β."""
+    coef = opd_coef_at(cfg, plan.opd_coef, step, retired_at)
+    return LossWeights(cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, coef, plan.opd_beta)
 
 
 def update_seed(seed: int, step: int, *parts: object) -> int:
@@ -122,6 +139,7 @@ class RLContext:
     vision_processor: Any = None  # a vision-language policy's image processor (None: a text policy)
     images: Any = None  # ImageStore of the run's observation images
     run_dir: Path | None = None  # where `dump_analyses` writes
+    retirement: Retirement | None = None  # opd_retire adaptive: RetireOPD's rule and its state (rl/retire.py)
 
     def vision_inputs(self, rows: list[list[str]]) -> dict:
         """pixel_values and image_grid_thw of a micro-batch's images (each row's sha256s, in order)."""

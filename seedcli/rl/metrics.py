@@ -15,6 +15,7 @@ import torch
 
 from seedcli.analyzers.parse import SKIPPED_SUCCESS
 from seedcli.rl import distributed as D
+from seedcli.rl.advantages import step_group_metrics
 from seedcli.rl.analyse import Batch
 from seedcli.rl.context import RLContext
 from seedcli.rl.losses import opd_gate_stats
@@ -134,6 +135,8 @@ def update_metrics(
         record["skills/leak_guarded"] = scored.leak_guarded
     if ctx.cfg.skill_mode != "episode_only":
         record.update(step_skill_metrics(batch, samples))
+    if ctx.cfg.step_advantage == "gigpo":  # GiGPO's step-group sizes (gigpo/state_group/*, the SEED code's names)
+        record.update(step_group_metrics([s.step_group for s in samples]))
     if plan.analyzer in ("self", "rules"):
         # won episodes `analyze: failed` left out (the SEED code's skipped_success_traj_count)
         record["analyzer/skipped_success"] = sum(r == SKIPPED_SUCCESS for r in batch.reasons)

@@ -2,7 +2,8 @@
 their response tokens re-scored without gradient under each context.
 
 `rescore`: the batch's skills after `leak_guard` (and `opd_contrast`'s other skills, rl/analyse.py), the turn-samples
-with their scores and group-normalised advantages (rl/samples.py), the mini-batch plan (rl/batching.py), and this
+with their scores and group-normalised advantages (rl/samples.py; GiGPO's under step_advantage gigpo,
+rl/advantages.py), the mini-batch plan (rl/batching.py), and this
 rank's share re-scored (`rescore_samples`): ℓ_old (ordinary prompt, π_old), ℓ_skill (the prompt with the skill block
 inserted after the task line, π_old), ℓ_ref (the frozen starting model) and, under opd_contrast, ℓ_other. The
 forwards themselves are `rl/logprobs.py: score_responses` (packed by length, right-padded only to the longest of each
@@ -23,7 +24,7 @@ from seedcli.errors import UserError
 from seedcli.rl import distributed as D
 from seedcli.rl.analyse import Batch, contrast_skills, guard_skills, guard_step_skills
 from seedcli.rl.batching import VisionFn, plan_minibatches, rank_indices
-from seedcli.rl.context import RLContext, update_seed
+from seedcli.rl.context import RLContext, gigpo_settings, update_seed
 from seedcli.rl.logprobs import ScoreFn, score_responses
 from seedcli.rl.optimize import LossWeights
 from seedcli.rl.samples import TurnSample, build_turn_samples, episode_rewards, render_samples, share_lengths
@@ -66,6 +67,7 @@ def rescore(ctx: RLContext, batch: Batch, step: int, weights: LossWeights) -> Re
         skill_mode=cfg.skill_mode,
         step_skills=step_skills,
         insert_step_skill=hooks.insert_step_skill if step_skills is not None else None,
+        gigpo=gigpo_settings(cfg),  # step_advantage gigpo: GiGPO's advantages instead of GRPO's
     )
     # every rank tokenises a slice, so that all know every sample's length; then the plan deals the samples by tokens
     # and each rank tokenises what it was dealt and had not (at most twice its share, once on one process)

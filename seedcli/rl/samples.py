@@ -3,8 +3,9 @@
 Every turn of every episode becomes one turn-sample: prompt ids = the exact ids the policy saw (the chat template
 applied to that turn's user message), response ids = the tokens it sampled. Its score is the training reward
 `Reward` computes — the one place a training reward is computed: a turn scores `win·won − invalid_penalty·invalid`
-(its own validity), an episode `win·won − invalid_penalty·(its invalid turns)` — and its advantage is that score
-normalised over the turn-samples of its group (GRPO, `group_advantages`).
+(its own validity), an episode `win·won − invalid_penalty·(its invalid turns)`, GiGPO's step rewards are `win·won` on
+an episode's last turn-sample and 0 before it — and its advantage is that score normalised over the turn-samples of
+its group (GRPO, `group_advantages`), or, with GiGPO's step credit on, GiGPO's (`rl/advantages.py`).
 
 Nothing here knows an environment: the stage hands in how a skill is inserted into a prompt (`insert_skill`) and
 the reward convention (`Reward`). Re-scoring the samples is in `rl/rescore.py`, packing them in `rl/batching.py`.
@@ -18,7 +19,9 @@ from typing import Any
 
 import torch
 
+from seedcli.errors import UserError
 from seedcli.prompts import IMAGE_PLACEHOLDER
+from seedcli.rl.advantages import GiGPOSettings, gigpo_parts
 
 BLANK_IMAGE = "blank"  # the image of a padding forward (a vision tower must run on every rank under FSDP)
 
@@ -44,6 +47,15 @@ class Reward:
     def episode(self, episode: Any) -> float:
         """Reward of an episode (a Trajectory): its outcome, minus the penalty for each of its invalid turns."""
         return self.of(episode.won, episode.invalid_turns)
+
+    def step(self, won: bool, last: bool) -> float:
+        """GiGPO's step reward of a turn: `win` on the last turn of a won episode, else 0 (the environment's step reward
+        in verl-agent for ALFWorld, WebShop and search, whose episodes pay only when they end)."""
+        return self.win * float(won) if last else 0.0
+
+    def penalty(self, valid: bool) -> float:
+        """The invalid-action penalty of a turn (GiGPO subtracts it from the turn's discounted return)."""
+        return self.invalid_penalty * float(not valid)
 
 
 def episode_rewards(episodes: Sequence, reward: Reward) -> list[float]:
@@ -122,6 +134,7 @@ class TurnSample:
     contrast_prompt_ids: list[int] | None = field(default=None, repr=False)
     contrast_logp: torch.Tensor | None = field(default=None, repr=False)
     entropy: torch.Tensor | None = field(default=None, repr=False)  # [R] policy entropy at θ, set by the update
+    step_group: int = -1  # GiGPO's step group (same task group, same anchor observation); -1 without step credit
 
     def __post_init__(self) -> None:
         if self.prompt_ids is not None:
@@ -160,6 +173,7 @@ def build_turn_samples(
     skill_mode: str = "episode_only",
     step_skills: Sequence[dict[int, str] | None] | None = None,
     insert_step_skill: Callable[[str, str], str] | None = None,
+    gigpo: GiGPOSettings | None = None,
 ) -> list[TurnSample]:
     """Turn-samples of `episodes` (Trajectory records) with GRPO advantages: each turn scores `reward.turn` (the
     environment's `win·won − invalid_penalty·invalid`), normalised over all turn-samples of its group (mean and std,
@@ -173,7 +187,10 @@ def build_turn_samples(
     a turn with a step skill gets `insert_step_skill(prompt, step skill)` as its teacher prompt, without the episode
     skill (the SEED code's skill_teacher_mode step_priority); under episode_step only in an episode that has an
     episode skill, whose other turns get the episode skill; under step_only the turns without a step skill get no
-    teacher prompt, so no OPD."""
+    teacher prompt, so no OPD.
+
+    `gigpo` (step_advantage gigpo): GiGPO's advantages instead (`gigpo_turn_advantages`); its `norm` replaces
+    `normalize_std`."""
     samples: list[TurnSample] = []
     others = list(contrast_skills) if contrast_skills is not None else [None] * len(episodes)
     steps = list(step_skills) if (step_skills is not None and skill_mode != "episode_only") else [None] * len(episodes)
@@ -210,7 +227,9 @@ def build_turn_samples(
                     contrast_prompt=contrast_prompt,
                 )
             )
-    if samples:
+    if samples and gigpo is not None:
+        gigpo_turn_advantages(samples, episodes, reward, gigpo)
+    elif samples:
         adv = group_advantages(
             torch.tensor([s.score for s in samples], dtype=torch.float64),
             [s.group_id for s in samples],
@@ -221,6 +240,41 @@ def build_turn_samples(
     if render is not None:
         render_samples(samples, range(len(samples)), render)
     return samples
+
+
+def anchor_of(turn: Any) -> str:
+    """GiGPO's anchor state of a turn: the observation it acted on without history or prompt (verl-agent's
+    `anchor_obs`): the observation image's sha256 when the prompt shows one (verl-agent anchors on the image), else
+    the observation text."""
+    return turn.image if turn.image else turn.observation
+
+
+def gigpo_turn_advantages(
+    samples: Sequence[TurnSample], episodes: Sequence, reward: Reward, settings: GiGPOSettings
+) -> None:
+    """GiGPO's advantages (`rl/advantages.py: gigpo_parts`) of `samples`, in place, and each one's step group. Inputs
+    as verl-agent builds them: the episode score is the turn-sample's `Reward.turn` score (the episode's reward minus
+    this turn's penalty), the step reward `Reward.step` (the win on the episode's last turn-sample), the penalty
+    `Reward.penalty` subtracted from the discounted return, the anchor `anchor_of` the turn."""
+    last = {s.episode_index: s.turn_index for s in samples}  # samples hold each episode's turns in order
+    turns = [episodes[s.episode_index].turns[s.turn_index] for s in samples]
+    anchors = [anchor_of(t) for t in turns]
+    if settings.similarity and any(t.image for t in turns):
+        raise UserError(
+            "gigpo_similarity compares observation text, and this run's observations are images (verl-agent supports "
+            "text only): set gigpo_similarity=false"
+        )
+    parts = gigpo_parts(
+        [s.group_id for s in samples],
+        [s.episode_index for s in samples],
+        anchors,
+        [reward.step(episodes[s.episode_index].won, s.turn_index == last[s.episode_index]) for s in samples],
+        [s.score for s in samples],
+        settings,
+        step_penalties=[reward.penalty(t.valid) for t in turns],
+    )
+    for s, a, g in zip(samples, parts.advantages, parts.step_groups, strict=True):
+        s.advantage, s.step_group = float(a), g
 
 
 def render_samples(samples: Sequence[TurnSample], indices: Iterable[int], render: Callable[..., list[int]]) -> None:

@@ -47,8 +47,10 @@ def update(ctx: RLContext, rollout: Rollout, sampler: Any, step: int, want_sampl
     """One update: returns the metrics record and, on sampled updates (`want_sample`), the samples.jsonl record
     (rank 0; None on the other ranks)."""
     cfg, info = ctx.cfg, ctx.info
-    # λ_opd of this update: the plan's, or 0 outside opd_start/stop_after_steps (then no teacher pass either)
-    weights = loss_weights(cfg, ctx.plan, step)
+    # λ_opd of this update: the plan's, or 0 outside opd_start/stop_after_steps or once the teacher retired
+    # (then no teacher pass either)
+    retired_at = ctx.retirement.retired_at if ctx.retirement is not None else None
+    weights = loss_weights(cfg, ctx.plan, step, retired_at)
     log = PhaseLog(info)
     with log.timed("rollout"):  # 1. π_old plays this rank's share of the games, `group` times each
         games = sampler.next_batch()

@@ -23,8 +23,9 @@ Two nodes: run on each node with its rank, the same rendezvous and a shared runs
 CPU smoke run (tiny model, two updates, DDP over gloo with two processes; `parallel=fsdp` runs the GPU code path):
     seed rl -c tiny --model /tmp/m --analyzer static:data/static_skills.json --nproc 2
 First thing on a GPU machine: `bash scripts/gpu_smoke.sh` (two updates, vLLM, FSDP, probe, sleep/wake).
-Baselines: `--algo grpo` (λ_opd = 0, no analyzer or teacher pass), `--algo sdar` (static skills, same gate),
-`--algo opsd` (β = 0). Continue a stopped run with `--resume` and the same options.
+Baselines: `--algo grpo` (λ_opd = 0, no analyzer or teacher pass), `--algo gigpo` (GRPO with GiGPO's step credit,
+rl/advantages.py), `--algo sdar` (static skills, same gate), `--algo opsd` (β = 0); `--algo seed step_advantage=gigpo`
+is SEED's OPD on GiGPO's advantages; `opd_retire=adaptive` retires the teacher (RetireOPD, rl/retire.py). Continue a stopped run with `--resume` and the same options.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from seedcli.rl.context import (
     vision_processor,
 )
 from seedcli.rl.optimize import NonFiniteGuard
+from seedcli.rl.retire import retirement_for
 from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
 from seedcli.rl.samples import Reward
 from seedcli.rl.skill_library import SkillCategories, default_library_path, load_skill_library
@@ -85,7 +87,7 @@ MAX_NONFINITE = 3
 def resolve_plan(cfg: RLConfig) -> Plan:
     """The analyzer, skill library and OPD coefficients that `--algo` and `--analyzer` choose."""
     spec = cfg.analyzer.strip()
-    if cfg.algo == "grpo":
+    if cfg.algo in ("grpo", "gigpo"):  # GiGPO is GRPO with step credit: no analyzer, no teacher
         return Plan("none", None, 0.0, cfg.opd_beta)
     beta = 0.0 if cfg.algo == "opsd" else cfg.opd_beta
     if spec.startswith("static:"):
@@ -276,6 +278,8 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
             rewrite_records(run_dir / SAMPLES, read_records_upto(run_dir / SAMPLES, start_step))
     D.barrier(info)
     ctx = _context(cfg, plan, info, engine, meta, models, env, run_dir)
+    # RetireOPD's rule, where a resumed run left it (every rank decides the same: its inputs are all-reduced)
+    ctx = dataclasses.replace(ctx, retirement=retirement_for(cfg, state.get("retirement")))
     loop = _TrainingLoop(ctx, sampler, val_games, guard, run_dir, start_step, timing_load)
     return loop.run(env)
 
@@ -335,10 +339,15 @@ class _TrainingLoop:
         if record["actor/skipped"] and info.is_main:
             print(f"[rl] warning: update {step} skipped: {record.get('actor/skip_cause')}", file=sys.stderr)
         self.guard.observe(step, bool(record["actor/skipped"]), record.get("actor/skip_cause"))
+        retire = ctx.retirement  # opd_retire adaptive: the teacher-student discrepancy of this update
+        if retire is not None:
+            retire.observe_update(record)
         if self.val_games and step % cfg.val_every == 0:
             t0 = time.perf_counter()
             record.update(validate(ctx, rollout.pool, self.val_games, step))
             record["timing_s/val"] = time.perf_counter() - t0
+            if retire is not None:  # RetireOPD decides at validations; λ_opd is 0 from the next update once retired
+                record.update(retire.observe_validation(step, record["val/success_rate"]))
         record["timing_s/step"] = time.perf_counter() - t_step
         if step == self.start_step + 1:
             record["timing_s/load"] = self.timing_load
@@ -358,6 +367,7 @@ class _TrainingLoop:
         state = {
             "sampler": self.sampler.state_dict(),
             "nonfinite_streak": self.guard.streak,
+            **({"retirement": ctx.retirement.state_dict()} if ctx.retirement is not None else {}),
             "metrics": {k: v for k, v in record.items() if isinstance(v, (int, float))},
         }
         path = save_checkpoint(

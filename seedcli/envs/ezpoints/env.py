@@ -64,6 +64,7 @@ class EZPointsEnv(Environment):
     success_reward = SUCCESS_REWARD
     invalid_penalty = INVALID_PENALTY
     advantage_norm = ADVANTAGE_NORM
+    gigpo_norm = "mean"  # verl-agent run_ezpoints.sh: mode=mean_norm
     splits = {"train": "train", "test": "test", "valid": "test", "validation": "test", "eval": "test"}
     train_split = "train"
     eval_splits = ("test",)

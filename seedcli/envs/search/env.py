@@ -114,6 +114,7 @@ class SearchEnv(Environment):
     success_reward = SUCCESS_REWARD  # reward = 1·exact match
     invalid_penalty = INVALID_PENALTY  # the SEED code's value for search
     advantage_norm = ADVANTAGE_NORM
+    gigpo_similarity_threshold = 0.9  # verl-agent run_search.sh: enable_similarity=True, similarity_thresh=0.9
     free_text = True
     splits = {s: s for s in SPLITS} | {"valid": "dev", "validation": "dev"}
     train_split = "train"

@@ -67,6 +67,7 @@ class SokobanEnv(Environment):
     success_reward = SUCCESS_REWARD
     invalid_penalty = INVALID_PENALTY
     advantage_norm = ADVANTAGE_NORM
+    gigpo_norm = "mean"  # verl-agent run_sokoban.sh: mode=mean_norm
     splits = {"train": "train", "test": "test", "valid": "test", "validation": "test", "eval": "test"}
     train_split = "train"
     eval_splits = ("test",)

@@ -68,6 +68,7 @@ class WebShopEnv(Environment):
     success_reward = SUCCESS_REWARD
     invalid_penalty = INVALID_PENALTY
     advantage_norm = ADVANTAGE_NORM
+    gigpo_norm = "mean"  # verl-agent run_webshop.sh: mode=mean_norm
     splits = {"test": "test", "train": "train"}
     train_split = "train"
     eval_splits = ("test",)
