@@ -224,7 +224,8 @@ def test_update_metrics_reports_the_official_opd_names():
     info = DistInfo()
     turn = SimpleNamespace(response_ids=[1, 2], finish_reason="stop")
     episodes = [
-        SimpleNamespace(won=w, invalid_turns=0, score=float(w), turns=[turn], group_id="g") for w in (True, False, False)
+        SimpleNamespace(won=w, invalid_turns=0, score=float(w), turns=[turn], group_id="g")
+        for w in (True, False, False)
     ]
     batch = Batch(episodes, [None, "a skill of some words", None], [SKIPPED_SUCCESS, None, "unparseable"])
     sample = SimpleNamespace(score=1.0, length=4, skill_length=6, has_skill=True, advantage=0.5)
