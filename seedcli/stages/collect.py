@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from seedcli.artifacts import Manifest, open_run
+from seedcli.artifacts import Manifest, model_run, open_run
 from seedcli.config import CollectConfig
 from seedcli.images import check_images
 from seedcli.rollout import EpisodeSpec, ModelPolicy, episode_metrics
@@ -40,7 +40,10 @@ def run(cfg: CollectConfig) -> Manifest:
         for gi, task in enumerate(games)
         for r in range(cfg.rollouts)
     ]
+    source = model_run(model_dir)  # a warm start's (or any run's) model/: chain that run
     with open_run("collect", cfg) as run:
+        if source is not None:
+            run.add_input(source[1].stage, *source)
         engine, meta = load_policy_engine(cfg, model_dir)
         t0 = time.time()
         try:

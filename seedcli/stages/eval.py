@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from seedcli.artifacts import Manifest, open_run, read_manifest, verify_run
+from seedcli.artifacts import Manifest, model_run, open_run, read_manifest, verify_run
 from seedcli.config import EvalConfig
 from seedcli.envs.base import Environment, Task
 from seedcli.errors import UserError
@@ -39,6 +39,8 @@ from seedcli.stages.common import (
     settings_from,
 )
 
+FROM_STAGES = ("sft", "rl", "warmstart")  # the runs `--from` takes: each holds a model/ (rl: or checkpoints)
+
 
 def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | None]:
     """The model directory to evaluate, and the run it came from (to chain the manifest)."""
@@ -53,9 +55,11 @@ def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | N
             ckpt = path
             if not (run_dir / "manifest.json").exists():
                 raise UserError(f"--from {path}: neither a run directory nor a checkpoint inside one")
-        manifest = verify_run(run_dir, ("sft", "rl")) if ckpt is None else read_manifest(run_dir)
-        if manifest.stage not in ("sft", "rl"):
-            raise UserError(f"--from {path}: a {manifest.stage} run; eval takes an sft or rl run (or --model DIR)")
+        manifest = verify_run(run_dir, FROM_STAGES) if ckpt is None else read_manifest(run_dir)
+        if manifest.stage not in FROM_STAGES:
+            raise UserError(
+                f"--from {path}: a {manifest.stage} run; eval takes an sft, rl or warmstart run (or --model DIR)"
+            )
         if ckpt is not None:
             model = ckpt / "model"
         elif (run_dir / "model").is_dir():
@@ -68,7 +72,9 @@ def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | N
         if not (model / "config.json").exists():
             raise UserError(f"--from {path}: {model} holds no model (config.json missing); pick another checkpoint")
         return model, (manifest.stage, run_dir, manifest)
-    return check_model_dir(cfg.model), None
+    model = check_model_dir(cfg.model)
+    run = model_run(model)  # a run's model/ given as --model: chain that run
+    return model, ((run[1].stage, run[0], run[1]) if run is not None else None)
 
 
 def only_categories(env: Environment, tasks: list[Task], wanted: list[str]) -> list[Task]:

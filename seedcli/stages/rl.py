@@ -40,8 +40,9 @@ from typing import Any
 
 import orjson
 
-from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, open_run, resolve_input
+from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, model_run, open_run, resolve_input
 from seedcli.config import RLConfig
+from seedcli.engines.base import check_gpus, pad_token_id
 from seedcli.errors import UserError
 from seedcli.images import IMAGES_DIR, run_images
 from seedcli.rl.checkpoint import (
@@ -117,17 +118,20 @@ def skill_categories(env_name: str) -> SkillCategories:
 
 
 def resolve_start_model(cfg: RLConfig) -> tuple[Path, tuple[Path, Manifest] | None]:
-    """The starting model (actor and frozen reference): --model DIR, or an sft run's model/."""
+    """The starting model (actor and frozen reference): --model DIR, or the model/ of an sft run (or, given as
+    --from, of a warm start's run: RL from the cloned expert without Stage 1)."""
     from seedcli.stages.common import check_model_dir
 
     if cfg.model and cfg.from_run:
         raise UserError("pass either --from RUN (an sft run) or --model DIR, not both")
     if cfg.model:
         return check_model_dir(cfg.model), None
-    path, manifest = resolve_input("sft", cfg.from_run, cfg.runs_dir)
+    path, manifest = resolve_input(("sft", "warmstart") if cfg.from_run else "sft", cfg.from_run, cfg.runs_dir)
     model = path / "model"
     if not (model / "config.json").exists():
-        raise UserError(f"{path}: the sft run holds no model/ (config.json missing); rerun `seed sft`")
+        raise UserError(
+            f"{path}: the {manifest.stage} run holds no model/ (config.json missing); rerun `seed {manifest.stage}`"
+        )
     return model, (path, manifest)
 
 
@@ -135,12 +139,7 @@ def world_size(cfg: RLConfig) -> int:
     if cfg.gpus > 0 and cfg.nproc > 1:
         raise UserError("pass --gpus N (GPU, FSDP) or --nproc N (CPU, DDP over gloo), not both")
     if cfg.gpus > 0:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UserError(f"--gpus {cfg.gpus}: no CUDA GPU is visible; on CPU use --nproc N (or drop --gpus)")
-        if torch.cuda.device_count() < cfg.gpus and not cfg.torchrun_args:
-            raise UserError(f"--gpus {cfg.gpus}: only {torch.cuda.device_count()} GPU(s) visible")
+        check_gpus(cfg.gpus, "on CPU use --nproc N (or drop --gpus)", local=not cfg.torchrun_args)
         return cfg.gpus
     return cfg.nproc
 
@@ -165,9 +164,10 @@ def run(cfg: RLConfig) -> Manifest:
     if node_rank(cfg.torchrun_args) > 0:
         return _follower_node(cfg, model_dir, world)
 
+    chained = source or model_run(model_dir)  # --model runs/warmstart/<id>/model chains that run too
     with open_run("rl", cfg) as run:
-        if source is not None:
-            run.add_input("sft", source[0], source[1])
+        if chained is not None:
+            run.add_input(chained[1].stage, chained[0], chained[1])
         if cfg.resume:
             ckpt = latest_checkpoint(run.path / CHECKPOINTS)
             done = read_checkpoint_state(ckpt)["step"] if ckpt else 0
@@ -505,7 +505,7 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env, r
     fp32 = models.shared or (info.device.type == "cpu" and compute_dtype_name(cfg.dtype, info.device) == "float32")
     sync_tol = cfg.sync_tol or (1e-3 if fp32 else 0.05)
     tokenizer = engine.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = pad_token_id(tokenizer)
     probe = make_probe(engine, tokenizer, *_probe_texts(cfg.history))
     check_sync = ProbeCheck(
         engine, models.train_model, probe, tol=sync_tol, max_tokens=cfg.micro_batch_tokens, pad_id=pad_id, info=info

@@ -39,8 +39,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from seedcli.artifacts import Manifest, atomic_write_text, open_run, read_manifest, resolve_input, saved_path
+from seedcli.artifacts import (
+    Manifest,
+    atomic_write_text,
+    model_run,
+    open_run,
+    read_manifest,
+    resolve_input,
+    saved_path,
+)
 from seedcli.config import SFTConfig
+from seedcli.engines.base import check_gpus
 from seedcli.errors import UserError
 from seedcli.records import JsonlWriter, SkillRecord, Trajectory, iter_jsonl, read_jsonl, write_jsonl
 from seedcli.sftdata import DataStats, Example, Expand, build_examples, kept_records, split_by_episode
@@ -245,12 +254,7 @@ def _resolve_device(cfg: SFTConfig) -> tuple[str, int]:
         if cfg.gpus > 1:
             raise UserError(f"--gpus {cfg.gpus} with --device cpu: pick one (GPUs, or --gpus 0 for the CPU)")
         return "cpu", 1
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UserError(f"--gpus {cfg.gpus}: no CUDA device is visible; use --gpus 0 to train on the CPU")
-    if cfg.gpus > torch.cuda.device_count():
-        raise UserError(f"--gpus {cfg.gpus}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    check_gpus(cfg.gpus, "use --gpus 0 to train on the CPU")
     return "cuda", max(cfg.gpus, 1)
 
 
@@ -609,6 +613,9 @@ def run(cfg: SFTConfig) -> Manifest:
         run.add_input("annotate", annotate_dir, annotate_manifest)
         if collect_dir is not None:
             run.add_input("collect", collect_dir)
+        base_run = model_run(base)  # a warm start's (or any run's) model/ as the base: chain that run
+        if base_run is not None:
+            run.add_input(base_run[1].stage, *base_run)
         data_dir = run.file("data")
         if (data_dir / "train.jsonl").exists() and (data_dir / "stats.json").exists():
             stats_metrics = json.loads((data_dir / "stats.json").read_text())  # resumed: the data as first built

@@ -18,13 +18,12 @@ from tests.helpers_models import SMALL_SHAPE
 pytest.importorskip("alfworld")
 
 
-
 NOISE = 0.3
 
 
 @pytest.fixture(scope="module")
 def demos(alfworld_root, tmp_path_factory):
-    from seedcli.stages.warmstart import expert_demonstrations
+    from seedcli.stages.demos import expert_demonstrations
 
     cache = tmp_path_factory.mktemp("demos")
     episodes, path = expert_demonstrations(2, seed=0, noise=NOISE, max_steps=25, history=5, workers=0, cache_dir=cache)
@@ -32,7 +31,7 @@ def demos(alfworld_root, tmp_path_factory):
 
 
 def test_demonstrations_are_labelled_and_cached(demos):
-    from seedcli.stages.warmstart import expert_demonstrations
+    from seedcli.stages.demos import expert_demonstrations
 
     episodes, path, cache = demos
     assert len(episodes) == 2
@@ -51,7 +50,7 @@ def test_demonstrations_are_labelled_and_cached(demos):
 def test_demonstrations_are_the_agent_prompt_collect_renders(demos, alfworld_root):
     """Replay the first game by hand with the searching expert: every demonstration prompt equals what the rollout
     loop renders for that state, and every label is the expert's action in that state (noise turns included)."""
-    from seedcli.stages.warmstart import THINK
+    from seedcli.stages.demos import THINK
 
     episodes, _, _ = demos
     traj, labels = episodes[0].trajectory, episodes[0].labels
@@ -79,7 +78,8 @@ def test_examples_mask_and_end_like_a_generated_turn(demos, tmp_path):
     from seedcli.engines.base import render_chat
     from seedcli.engines.tiny import EOS_TOKEN, build_tiny_model
     from seedcli.envs import sample_texts
-    from seedcli.stages.warmstart import _collate, demo_examples, demo_thinks
+    from seedcli.stages.demos import demo_examples, demo_thinks
+    from seedcli.stages.warmstart import collate
 
     episodes, _, _ = demos
     model = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)
@@ -99,7 +99,7 @@ def test_examples_mask_and_end_like_a_generated_turn(demos, tmp_path):
     assert prompt == render_chat(tok, [{"role": "user", "content": turn.prompt}])
     assert response[-1] == tok.convert_tokens_to_ids(EOS_TOKEN)
     assert tok.decode(response[:-1]) == format_response(think, label)  # the label, not the (noisy) action played
-    ids, attn, weight = _collate(examples, [0, 1], pad_id=0, prompt_weight=0.0)
+    ids, attn, weight = collate(examples, [0, 1], pad_id=0, prompt_weight=0.0)
     # response tokens weigh 1, prompt and padding 0
     assert weight[0].sum().item() == len(response)
     assert weight[0, len(prompt) :].tolist()[: len(response)] == [1.0] * len(response)
@@ -116,7 +116,7 @@ def test_skill_writing_examples_are_the_self_analyzer_prompt_and_parse(demos, tm
     from seedcli.engines.tiny import build_tiny_model
     from seedcli.envs import sample_texts
     from seedcli.prompts import analysis_turns, render_analysis_prompt
-    from seedcli.stages.warmstart import analysis_example_texts, analysis_examples
+    from seedcli.stages.demos import analysis_example_texts, analysis_examples
 
     episodes, _, _ = demos
     pairs = analysis_example_texts(episodes, max_chars=3000)
@@ -129,7 +129,9 @@ def test_skill_writing_examples_are_the_self_analyzer_prompt_and_parse(demos, tm
         assert len(prompt) <= 3000 or "earlier step(s) omitted" in prompt
         parsed = parse_skill(answer)
         assert parsed.kept and parsed.skill == rules_skill(t)[1]
-    tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE))
+    tok = AutoTokenizer.from_pretrained(
+        build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)
+    )
     ids, response = analysis_examples(pairs, tok)[0]
     assert ids == render_chat(tok, analysis_messages(pairs[0][0]))
 
@@ -138,6 +140,7 @@ def test_warm_start_trains_saves_and_loads(demos, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from seedcli.config import WarmStartConfig
     from seedcli.engines.tiny import build_tiny_model
     from seedcli.envs import sample_texts
     from seedcli.stages.warmstart import WARMSTART_FILE, warm_start
@@ -145,21 +148,22 @@ def test_warm_start_trains_saves_and_loads(demos, tmp_path):
     _, _, cache = demos
     model_dir = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)
     before = AutoModelForCausalLM.from_pretrained(model_dir).model.embed_tokens.weight.clone()
-    record = warm_start(
-        model_dir,
+    cfg = WarmStartConfig(
+        model=str(model_dir),
         games=2,
         epochs=2,
         seed=0,
-        shape=None,
+        shape="keep",  # train the given model
         noise=NOISE,
         max_steps=25,
         workers=0,
-        cache_dir=cache,  # the fixture's demonstrations: same games, noise and step limit
+        cache_dir=str(cache),  # the fixture's demonstrations: same games, noise and step limit
         batch_tokens=4096,
         lr=3e-3,
         check_turns=2,
         check_skills=1,
     )
+    record = warm_start(model_dir, cfg)
     assert record["games"] == 2 and record["epochs"] == 2
     assert record["skill_examples"] == 1 and record["skill_check"]["episodes"] == 1  # one held out for the check
     # the loss on the response tokens goes down: the second epoch is below the first batch
@@ -168,4 +172,4 @@ def test_warm_start_trains_saves_and_loads(demos, tmp_path):
     assert saved["turns"] == record["turns"] and len(saved["curve"]) == len(record["curve"])
     after = AutoModelForCausalLM.from_pretrained(model_dir)
     assert not torch.equal(before, after.model.embed_tokens.weight)
-    assert after.config.hidden_size == SMALL_SHAPE["hidden_size"]  # shape=None keeps the given model
+    assert after.config.hidden_size == SMALL_SHAPE["hidden_size"]  # shape keep: the given model

@@ -18,7 +18,7 @@ NOISE = 0.3
 
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory):
-    from seedcli.stages.warmstart import env_demonstrations
+    from seedcli.stages.demos import env_demonstrations
 
     cache = tmp_path_factory.mktemp("demos")
     env = get_env("sokoban")
@@ -46,7 +46,7 @@ def test_sokoban_demonstrations_are_the_bfs_experts_moves(demos):
 
 
 def test_sokoban_demonstrations_are_cached(demos):
-    from seedcli.stages.warmstart import env_demonstrations
+    from seedcli.stages.demos import env_demonstrations
 
     env, episodes, path, cache = demos
     again, path2 = env_demonstrations(env, 4, seed=0, noise=NOISE, workers=0, cache_dir=cache)
@@ -59,7 +59,7 @@ def test_sokoban_acting_examples_read_back_as_the_label(demos, tmp_path):
 
     from seedcli.engines.tiny import build_tiny_model
     from seedcli.envs import sample_texts
-    from seedcli.stages.warmstart import demo_examples
+    from seedcli.stages.demos import demo_examples
 
     env, episodes, _, _ = demos
     model_dir = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)
@@ -74,26 +74,27 @@ def test_sokoban_acting_examples_read_back_as_the_label(demos, tmp_path):
 
 
 def test_sokoban_warm_start_trains_without_skill_writing(demos, tmp_path):
+    from seedcli.config import WarmStartConfig
     from seedcli.engines.tiny import build_tiny_model
     from seedcli.envs import sample_texts
     from seedcli.stages.warmstart import WARMSTART_FILE, warm_start
 
     _, _, _, cache = demos
     model_dir = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)
-    record = warm_start(
-        model_dir,
+    cfg = WarmStartConfig(
+        model=str(model_dir),
         games=4,
         epochs=2,
         seed=0,
-        shape=None,
         noise=NOISE,
         workers=0,
-        cache_dir=cache,
+        cache_dir=str(cache),
         lr=3e-3,
         check_turns=2,
         env="sokoban",
         skill_writing=False,
     )
+    record = warm_start(model_dir, cfg)
     assert record["env"] == "sokoban" and record["skill_examples"] == 0
     assert record["skill_check"]["episodes"] == 0
     assert record["max_steps"] == 15 and record["history"] == 2  # Sokoban's own limits

@@ -175,6 +175,30 @@ def test_rl_modules_and_functions_stay_small():
     assert rl_files and not long_modules and not long_functions, (long_modules, long_functions)
 
 
+def test_warm_start_modules_and_functions_stay_small():
+    # the warm start as a stage (issue 28): the stage, its demonstrations, and the engines and artifacts helpers it
+    # added stay under 600 lines a module and 100 a function; every import at the file's head
+    max_module_lines, max_function_lines = 600, 100
+    files = [SEEDCLI / "stages" / "warmstart.py", SEEDCLI / "stages" / "demos.py"]
+    long_modules, long_functions, lazy = {}, {}, {}
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        name = str(path.relative_to(SEEDCLI.parent))
+        if len(text.splitlines()) > max_module_lines:
+            long_modules[name] = len(text.splitlines())
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > max_function_lines:
+                    long_functions[f"{name}: {node.name}"] = length
+                inner = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+                if inner:
+                    lazy[f"{name}: {node.name}"] = len(inner)
+    assert not long_modules and not long_functions and not lazy, (long_modules, long_functions, lazy)
+    assert "seedcli.rl.batching" in imports("seedcli.stages.warmstart", top_level_only=True)  # rl's packer
+
+
 def test_every_environment_package_has_the_same_files():
     # verl-agent's layout: one package per environment, each with the same files under the same names
     #   env.py         the Environment subclass (and its EnvOptions), nothing else

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from seedcli.records import Trajectory, Turn
-from seedcli.stages.warmstart import THINK, demo_thinks
+from seedcli.stages.demos import THINK, demo_thinks
 
 
 def _traj(task: str, observations: list[str]) -> Trajectory:
