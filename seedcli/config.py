@@ -340,7 +340,30 @@ class RLConfig(RolloutConfig):
     clip_eps: float = Field(0.2, gt=0, description="PPO clip ε")
     dual_clip: float = Field(3.0, gt=1, description="dual-clip c for negative advantages")
     grad_clip: float = Field(1.0, gt=0, description="max grad norm")
+    lr_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="updates over which the lr rises linearly to `lr`: update k ≤ n trains at lr·k/n (verl's "
+        "actor.optim.lr_warmup_steps, whose first update runs at lr·0); 0 = constant. Against AdamW's sign-like first "
+        "steps, which move every weight by ~lr at once",
+        json_schema_extra={"hash": "if_changed"},
+    )
     mini_batch: int = Field(256, ge=1, description="turn-samples per optimizer step")
+    old_logp: Literal["rescore", "reuse"] = Field(
+        "rescore",
+        description="ℓ_old of the PPO ratio: rescore = a separate no-grad pass before the update (verl's "
+        "recompute, the SEED code's); reuse = when the update is one optimizer step (one mini-batch), π_old is θ at "
+        "that step, so ℓ_old is the update's own forward, detached (TRL's GRPOTrainer with num_iterations 1): one "
+        "forward pass fewer per turn-sample, the ratio exactly 1; updates of several mini-batches still re-score",
+        json_schema_extra={"hash": "if_changed"},
+    )
+    zero_adv: Literal["keep", "drop"] = Field(
+        "keep",
+        description="turn-samples with advantage 0 and no OPD term (their group's episodes all scored alike): keep "
+        "(the paper's; they still carry the KL and entropy terms) | drop them before re-scoring (DAPO's filter of "
+        "uniform groups, without its re-sampling): the token means then run over the samples that teach",
+        json_schema_extra={"hash": "if_changed"},
+    )
     micro_batch_tokens: int = _nohash("tokens per micro-batch (packed by length)", 16384, ge=64)
     train_fraction: float = Field(1.0, gt=0, le=1.0, description="fraction of the training games used")
     val_every: int = Field(5, ge=0, description="validate on seen games every N updates (0 = never)")

@@ -147,8 +147,8 @@ def plan_micro_batches(
 
 
 def collate(samples: Sequence[TurnSample], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-    """Right-padded [B, T] tensors of a micro-batch: ids, attention and response masks, the re-scored ℓ_old, ℓ_ref,
-    ℓ_skill and the advantage placed at the response positions, the OPD mask (response × valid skill), and ℓ_other
+    """Right-padded [B, T] tensors of a micro-batch: ids, attention and response masks, the re-scored ℓ_old (absent
+    when no sample has one: old_logp reuse), ℓ_ref, ℓ_skill and the advantage placed at the response positions, the OPD mask (response × valid skill), and ℓ_other
     with its mask when a sample has one (opd_contrast: scored under another episode's skill)."""
     ids, attn = pad_right([s.prompt_ids + s.response_ids for s in samples], pad_id)
     shape = ids.shape
@@ -180,6 +180,10 @@ def collate(samples: Sequence[TurnSample], pad_id: int, device: torch.device | s
     }
     if any(s.contrast_logp is not None for s in samples):  # opd_contrast; absent, the gate reads the plain Δ
         out.update(contrast_logp=other, contrast_mask=other_mask)
+    if all(s.old_logp is None for s in samples):  # old_logp reuse: the loss takes ℓ_old from its own forward
+        del out["old_logp"]
+    elif any(s.old_logp is None for s in samples):
+        raise ValueError("a micro-batch mixes re-scored samples with samples whose ℓ_old is to come from the update")
     return {k: v.to(device) for k, v in out.items()}
 
 

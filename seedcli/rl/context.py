@@ -18,7 +18,7 @@ import torch
 
 from seedcli.config import RLConfig
 from seedcli.engines import load_engine
-from seedcli.engines.base import is_vision_model
+from seedcli.engines.base import is_vision_model, pad_token_id
 from seedcli.engines.tiny import model_hash
 from seedcli.engines.vision import load_image_processor, processor_size, vision_inputs
 from seedcli.errors import UserError
@@ -168,7 +168,7 @@ class RLContext:
 
     @property
     def pad_id(self) -> int:
-        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return pad_token_id(self.tokenizer)
 
 
 # --------------------------------------------------------------------------------------------- the models

@@ -113,7 +113,8 @@ def update_metrics(
         "env/episode_length": ep["mean_length"],
         "env/invalid_rate": ep["invalid_rate"],
         **result.metrics,
-        "actor/lr": ctx.cfg.lr,
+        "actor/lr": result.metrics.get("actor/lr", ctx.cfg.lr),  # the optimizer's (lr_warmup_steps: lower at first)
+        "rollout/turn_samples_trained": scored.trained if scored.trained >= 0 else len(samples),  # zero_adv drop
         "opd/valid_skill_frac": kept / max(len(episodes), 1) if plan.analyzer != "none" else 0.0,
         "opd/shift_mean": stats[0] / stats[1] if stats[1] else 0.0,
         # the SEED code's actor/opd_gate_active_ratio, here at π_old (the rescore pass): share of tokens with g > 0.5

@@ -112,8 +112,12 @@ def micro_batch_loss(
     use_ref: bool,
     denoms: tuple[float, float] | None = None,
     token_stats: list[torch.Tensor] | None = None,
+    reused: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], LossStats]:
     """(loss, per-component losses, token-weighted sums for the metrics) of one micro-batch.
+
+    Without `batch["old_logp"]` (old_logp reuse: the update is one optimizer step, so π_old = θ here) ℓ_old is this
+    forward's log-probs, detached, and `reused` (a list) receives them [B, T] (TRL's GRPOTrainer, num_iterations 1).
 
     `denoms` = (response tokens, OPD tokens) of the whole mini-batch across ranks: each term is then this
     micro-batch's share of the mini-batch token mean. Without it, each term is the micro-batch's own token mean.
@@ -124,7 +128,12 @@ def micro_batch_loss(
     )
     mask = batch["response_mask"]
     n_all, n_opd_all = denoms if denoms is not None else (None, None)
-    pg = ppo_clip_loss(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip, denom=n_all)
+    old_logp = batch.get("old_logp")
+    if old_logp is None:
+        old_logp = logp.detach()
+        if reused is not None:
+            reused.append(old_logp)
+    pg = ppo_clip_loss(logp, old_logp, batch["advantages"], mask, w.clip_eps, w.dual_clip, denom=n_all)
     kl = token_mean(low_var_kl(logp, batch["ref_logp"]), mask, n_all) if use_ref else logp.new_zeros(())
     ent = token_mean(entropy, mask, n_all)
     opd_mask = batch["opd_mask"]
@@ -138,7 +147,7 @@ def micro_batch_loss(
 
     with torch.no_grad():
         n = mask.sum()
-        clip = ppo_clip_stats(logp, batch["old_logp"], batch["advantages"], mask, w.clip_eps, w.dual_clip)
+        clip = ppo_clip_stats(logp, old_logp, batch["advantages"], mask, w.clip_eps, w.dual_clip)
         delta = (batch["skill_logp"] - logp.detach()) * opd_mask
         gap = opd_gap(logp, batch["skill_logp"], *contrast)  # what the gate read: Δ, or Δ_c under opd_contrast
         _, neg_push = opd_harm_sums(gate, gap, batch["advantages"], opd_mask)
@@ -231,6 +240,7 @@ def train_update(
 
     stats = stats.all_reduced(info)
     metrics = _actor_metrics(stats, grad_norms, steps, skipped, token_stats, info)
+    metrics["actor/lr"] = float(optimizer.param_groups[0]["lr"])
     return UpdateResult(metrics, skipped, cause, steps, int(stats.tokens))
 
 
@@ -259,11 +269,16 @@ def _backward(
             batch.update({k: v.to(info.device) for k, v in vision([s.images for s in mb]).items()})
         with gradient_sync(model, enabled=sync_every or k == len(micro) - 1):
             mb_tokens = [] if scale > 0 else None  # padding micro-batches count for nothing
-            loss, parts, mb_stats = micro_batch_loss(model, batch, weights, use_ref, denoms, mb_tokens)
+            reused: list[torch.Tensor] = []
+            loss, parts, mb_stats = micro_batch_loss(model, batch, weights, use_ref, denoms, mb_tokens, reused)
             (loss * scale).backward()
         if scale > 0:
             stats.add(mb_stats.cpu())
             token_stats += mb_tokens
+            if reused:  # old_logp reuse: each sample's ℓ_old is its row of this forward (metrics, samples.jsonl)
+                for b, s in enumerate(mb):
+                    p = len(s.prompt_ids)
+                    s.old_logp = reused[0][b, p : p + len(s.response_ids)].float().cpu().clone()
             # each sample's entropies at θ (response tokens are contiguous per row): samples.jsonl shows them
             for s, ent in zip(mb, mb_tokens[0][0].split([len(s.response_ids) for s in mb]), strict=True):
                 s.entropy = ent.clone()

@@ -45,6 +45,8 @@ class Rescored:
     leak_guarded: int = 0  # skills leak_guard masked or dropped
     contrast_s: float = 0.0  # seconds of the opd_contrast teacher pass
     episode_rewards: list[float] = field(default_factory=list)  # each episode's training reward (rl/samples.py)
+    trained: int = -1  # turn-samples in the plan (fewer than `samples` under zero_adv drop)
+    reused_old: bool = False  # old_logp reuse: ℓ_old comes from the update's own forward (filled by train_update)
 
 
 def rescore(ctx: RLContext, batch: Batch, step: int, weights: LossWeights) -> Rescored:
@@ -69,14 +71,17 @@ def rescore(ctx: RLContext, batch: Batch, step: int, weights: LossWeights) -> Re
         insert_step_skill=hooks.insert_step_skill if step_skills is not None else None,
         gigpo=gigpo_settings(cfg),  # step_advantage gigpo: GiGPO's advantages instead of GRPO's
     )
+    # zero_adv drop: only the samples that teach (a nonzero advantage or an OPD term) are tokenised, scored and trained
+    trained = teaching_samples(samples, cfg.zero_adv)
     # every rank tokenises a slice, so that all know every sample's length; then the plan deals the samples by tokens
     # and each rank tokenises what it was dealt and had not (at most twice its share, once on one process)
     render = _renderer(ctx)
-    counted = list(range(info.rank, len(samples), info.world))
+    counted = trained[info.rank :: info.world]
     render_samples(samples, counted, render)
     share_lengths(samples, counted, lambda obj: D.all_gather_object(obj, info))
     seed = update_seed(cfg.seed, step, "minibatch")
-    minibatches = plan_minibatches(len(samples), cfg.mini_batch, info.world, seed, [s.length for s in samples])
+    plan = plan_minibatches(len(trained), cfg.mini_batch, info.world, seed, [samples[i].length for i in trained])
+    minibatches = [[[trained[k] for k in share] for share in mb] for mb in plan]  # indices into `samples`
     mine_idx = rank_indices(minibatches, info.rank)
     keep = set(mine_idx)
     for i in counted:
@@ -87,9 +92,12 @@ def rescore(ctx: RLContext, batch: Batch, step: int, weights: LossWeights) -> Re
     models = ctx.models
     models.train_model.eval()
     timings: dict[str, float] = {}
+    # old_logp reuse: one optimizer step this update, so ℓ_old is the update's own forward at θ = π_old (rl/optimize.py)
+    reuse = cfg.old_logp == "reuse" and len(minibatches) == 1
     forwards = rescore_samples(
         mine,
-        old_fn=models.train_model,
+        old_fn=None if reuse else models.train_model,
+        teacher_fn=models.train_model,
         ref_fn=models.ref_model,
         teacher=teacher,
         max_tokens=cfg.micro_batch_tokens,
@@ -102,11 +110,7 @@ def rescore(ctx: RLContext, batch: Batch, step: int, weights: LossWeights) -> Re
         contrast=others is not None,  # opd_contrast: the extra teacher pass under another episode's skill
     )
     D.reshard(models.train_model)
-    shift_sum, shift_n = 0.0, 0
-    for s in mine:
-        if s.skill_logp is not None:
-            shift_sum += float((s.skill_logp - s.old_logp).sum())
-            shift_n += len(s.response_ids)
+    shift_sum, shift_n = skill_shift(mine) if not reuse else (0.0, 0)  # reuse: counted after the update
     return Rescored(
         samples,
         minibatches,
@@ -118,7 +122,25 @@ def rescore(ctx: RLContext, batch: Batch, step: int, weights: LossWeights) -> Re
         leak_guarded=guarded,
         contrast_s=timings.get("contrast", 0.0),
         episode_rewards=episode_rewards(batch.episodes, hooks.reward),
+        trained=len(trained),
+        reused_old=reuse,
     )
+
+
+def teaching_samples(samples: Sequence[TurnSample], zero_adv: str) -> list[int]:
+    """Indices of the samples the update scores and trains on: all (`keep`), or under `drop` those with a nonzero
+    advantage or an OPD term (a sample with neither carries only the KL and entropy terms)."""
+    return [i for i, s in enumerate(samples) if zero_adv == "keep" or s.advantage != 0.0 or s.has_skill]
+
+
+def skill_shift(mine: Sequence[TurnSample]) -> tuple[float, int]:
+    """(Σ (ℓ_skill − ℓ_old), response tokens) over this rank's samples with a skill: `opd/shift_mean`'s parts."""
+    shift_sum, shift_n = 0.0, 0
+    for s in mine:
+        if s.skill_logp is not None and s.old_logp is not None:
+            shift_sum += float((s.skill_logp - s.old_logp).sum())
+            shift_n += len(s.response_ids)
+    return shift_sum, shift_n
 
 
 def teacher_skills(
@@ -161,8 +183,9 @@ def _renderer(ctx: RLContext) -> Callable[..., list[int]]:
 def rescore_samples(
     samples: Sequence[TurnSample],
     *,
-    old_fn: ScoreFn,
+    old_fn: ScoreFn | None,
     ref_fn: ScoreFn | None,
+    teacher_fn: ScoreFn | None = None,
     teacher: bool,
     max_tokens: int,
     pad_id: int,
@@ -173,8 +196,9 @@ def rescore_samples(
     padding_ids: Sequence[int] | None = None,
     contrast: bool = False,
 ) -> dict[str, int]:
-    """Fill ℓ_old, ℓ_ref (when `ref_fn`) and ℓ_skill (when `teacher`, for samples with a skill prompt) in place, and
-    ℓ_other (`contrast_logp`, when `teacher` and `contrast`, for samples with a contrast prompt: opd_contrast).
+    """Fill ℓ_old (when `old_fn`; None under old_logp reuse), ℓ_ref (when `ref_fn`) and ℓ_skill (when `teacher`, for
+    samples with a skill prompt, scored by `teacher_fn`, default `old_fn`: π_old) in place, and ℓ_other
+    (`contrast_logp`, when `teacher` and `contrast`, for samples with a contrast prompt: opd_contrast).
     `timings` (if given) receives seconds for 'old', 'ref', 'teacher' and 'contrast'. With `sync_count` (several ranks) every
     pass runs the same number of forwards on every rank. Returns the forwards run per pass (padding included) and
     this rank's padding forwards ("padding")."""
@@ -198,9 +222,11 @@ def rescore_samples(
     kw = dict(max_tokens=max_tokens, pad_id=pad_id, device=device, vision=vision, padding_ids=padding_ids)
     plain = [(s.prompt_ids, s.response_ids) for s in samples]
     images = [s.images for s in samples]
-    scored = timed("old", lambda: score_responses(old_fn, plain, sync_count=counting("old"), images=images, **kw))
-    for s, lp in zip(samples, scored, strict=True):
-        s.old_logp = lp
+    teacher_fn = teacher_fn if teacher_fn is not None else old_fn
+    if old_fn is not None:
+        scored = timed("old", lambda: score_responses(old_fn, plain, sync_count=counting("old"), images=images, **kw))
+        for s, lp in zip(samples, scored, strict=True):
+            s.old_logp = lp
     if ref_fn is not None:
         scored = timed("ref", lambda: score_responses(ref_fn, plain, sync_count=counting("ref"), images=images, **kw))
         for s, lp in zip(samples, scored, strict=True):
@@ -211,7 +237,7 @@ def rescore_samples(
         teacher_images = [s.images for s in with_skill]  # the same images: only the text differs (the skill block)
         scored = timed(
             "teacher",
-            lambda: score_responses(old_fn, ctx, sync_count=counting("teacher"), images=teacher_images, **kw),
+            lambda: score_responses(teacher_fn, ctx, sync_count=counting("teacher"), images=teacher_images, **kw),
         )
         for s, lp in zip(with_skill, scored, strict=True):
             s.skill_logp = lp
@@ -221,7 +247,7 @@ def rescore_samples(
             scored = timed(
                 "contrast",
                 lambda: score_responses(
-                    old_fn, ctx, sync_count=counting("contrast"), images=[s.images for s in with_other], **kw
+                    teacher_fn, ctx, sync_count=counting("contrast"), images=[s.images for s in with_other], **kw
                 ),
             )
             for s, lp in zip(with_other, scored, strict=True):

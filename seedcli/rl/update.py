@@ -25,7 +25,7 @@ from seedcli.rl.analyse import analyse, gather_episodes, in_rollout_analysis
 from seedcli.rl.context import RLContext, loss_weights
 from seedcli.rl.metrics import PhaseLog, update_metrics
 from seedcli.rl.optimize import train_update
-from seedcli.rl.rescore import rescore
+from seedcli.rl.rescore import rescore, skill_shift
 from seedcli.rl.run_log import sample_record, write_dumps
 from seedcli.rl.weight_sync import sleep_engine
 
@@ -73,6 +73,7 @@ def update(ctx: RLContext, rollout: Rollout, sampler: Any, step: int, want_sampl
         log.timing["rescore_contrast"] = scored.contrast_s
     with log.timed("update"):  # 4-5. group advantages; one epoch of PPO + KL − entropy + λ·OPD on θ
         models = ctx.models
+        set_lr(models.optimizer, warmup_lr(cfg.lr, cfg.lr_warmup_steps, step))
         result = train_update(
             models.train_model,
             models.optimizer,
@@ -88,6 +89,8 @@ def update(ctx: RLContext, rollout: Rollout, sampler: Any, step: int, want_sampl
             padding_ids=ctx.padding_ids(),
         )
     log.memory("update")
+    if scored.reused_old:  # ℓ_old came from the update's own forward: the shift ℓ_skill − ℓ_old is counted now
+        scored.shift_sum, scored.shift_n = skill_shift(scored.mine)
     with log.timed("sync"):  # π_old ← θ: refresh the rollout engine and prove it holds the new weights
         sync = ctx.sync.refresh(step)
     log.memory("refresh")
@@ -97,3 +100,14 @@ def update(ctx: RLContext, rollout: Rollout, sampler: Any, step: int, want_sampl
     )  # fmt: skip
     threshold = result.metrics.get("actor/entropy_top20_threshold")
     return record, sample_record(ctx, step, batch, scored, threshold) if want_sample else None
+
+
+def warmup_lr(lr: float, warmup_steps: int, step: int) -> float:
+    """The lr of update `step` (1-based) under `lr_warmup_steps`: lr·step/n for the first n updates, then lr."""
+    return lr * min(1.0, step / warmup_steps) if warmup_steps > 0 else lr
+
+
+def set_lr(optimizer: Any, lr: float) -> None:
+    """Every parameter group of `optimizer` trains at `lr` (AdamW's state is untouched)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -228,3 +228,73 @@ def test_latest_checkpoint_ignores_incomplete(tmp_path):
     (root / "step_000001" / "state.json").write_text('{"step": 1}')
     (root / "step_000002").mkdir()  # no state.json: a half-written checkpoint
     assert latest_checkpoint(root).name == "step_000001"
+
+
+# --------------------------------------------------------------------------------------------- old_logp reuse
+
+
+def _update_once(samples, reuse: bool, micro_tokens: int = 24):
+    """One single-mini-batch update of a fresh tiny model; ℓ_old re-scored, or (reuse) left for the update."""
+    lm = tiny_lm()
+    rescore_samples(
+        samples,
+        old_fn=None if reuse else Scorer(lm),
+        teacher_fn=Scorer(lm),
+        ref_fn=Scorer(tiny_lm(1)),
+        teacher=True,
+        max_tokens=256,
+        pad_id=0,
+    )
+    model = Scorer(lm)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    plan = plan_minibatches(len(samples), mini_batch=len(samples), world=1, seed=0)
+    res = train_update(
+        model, opt, samples, plan, DistInfo(), weights=LossWeights(), micro_tokens=micro_tokens, grad_clip=1.0, pad_id=0
+    )
+    return lm, res
+
+
+def test_old_logp_reuse_equals_the_rescored_update():
+    """One optimizer step: ℓ_old from the update's own forward gives the re-scored update's loss, metrics and weights
+    (the forwards run the same tensors; only the detached ℓ_old's origin differs), and fills each sample's ℓ_old."""
+    rescored_samples, reused_samples = make_samples(6), make_samples(6)
+    assert all(s.old_logp is None for s in reused_samples)
+    lm_a, res_a = _update_once(rescored_samples, reuse=False)
+    lm_b, res_b = _update_once(reused_samples, reuse=True)
+    for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "opd/loss", "opd/gate_mean", "actor/grad_norm"):
+        assert res_b.metrics[key] == pytest.approx(res_a.metrics[key], rel=1e-5, abs=1e-7), key
+    assert res_b.metrics["actor/ppo_kl"] == 0.0 and res_b.metrics["actor/clip_frac"] == 0.0  # the ratio is exactly 1
+    for (name, a), b in zip(lm_a.state_dict().items(), lm_b.state_dict().values(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+    for a, b in zip(rescored_samples, reused_samples, strict=True):
+        assert b.old_logp is not None and b.old_logp.shape == (len(b.response_ids),)
+        torch.testing.assert_close(b.old_logp, a.old_logp, rtol=1e-5, atol=1e-6)
+
+
+def test_collate_refuses_a_micro_batch_that_mixes_reused_and_rescored():
+    s = make_samples(2)
+    s[0].old_logp = torch.zeros(len(s[0].response_ids))
+    with pytest.raises(ValueError, match="mixes"):
+        collate(s, pad_id=0)
+    s[0].old_logp = None
+    assert "old_logp" not in collate(s, pad_id=0)
+
+
+def test_lr_warmup_rises_linearly_then_holds():
+    from seedcli.rl.update import set_lr, warmup_lr
+
+    assert [warmup_lr(3e-5, 3, k) for k in (1, 2, 3, 4, 10)] == pytest.approx([1e-5, 2e-5, 3e-5, 3e-5, 3e-5])
+    assert warmup_lr(3e-5, 0, 1) == 3e-5
+    opt = torch.optim.AdamW(tiny_lm().parameters(), lr=1.0)
+    set_lr(opt, 2e-5)
+    assert [g["lr"] for g in opt.param_groups] == [2e-5] * len(opt.param_groups)
+
+
+def test_zero_adv_drop_keeps_the_samples_that_teach():
+    from seedcli.rl.rescore import teaching_samples
+
+    s = make_samples(6)  # samples 0, 2, 4 have a skill prompt
+    for i in (1, 2, 3):
+        s[i].advantage = 0.0
+    assert teaching_samples(s, "keep") == [0, 1, 2, 3, 4, 5]
+    assert teaching_samples(s, "drop") == [0, 2, 4, 5]  # 1 and 3: advantage 0, no OPD term; 2 keeps its OPD term
