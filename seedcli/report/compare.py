@@ -63,8 +63,8 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
     for t in all_types(results_list):
         cells = []
         for _, r in results_list:
-            cell = r["categories"].get(t)
-            value = pct(cell["success_rate"]) if measure.per_category == "success_rate" else None
+            cell = r["categories"].get(t)  # None: this run played no game of category t
+            value = pct(cell["success_rate"]) if cell and measure.per_category == "success_rate" else None
             if cell and cell["games"] and value is None:
                 value = num(None if cell.get("mean_score") is None else 100 * cell["mean_score"])
             cells.append(f"{value} ({cell['wins']}/{cell['games']})" if cell and cell["games"] else "—")

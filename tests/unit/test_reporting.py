@@ -204,6 +204,14 @@ def test_compare_table_and_plot(results, episodes, tmp_path):
     _png(plot_compare([("GRPO", full), ("SEED", results)], tmp_path / "c.png"))
 
 
+def test_compare_shows_a_dash_for_a_category_a_run_never_played(results, episodes):
+    full = summarize_episodes(episodes[:2], split="unseen", partial=False, expected_games=2, wall_time_s=1)
+    full["categories"] = {k: v for k, v in full["categories"].items() if k == "pick_and_place_simple"}
+    md = compare_runs([("a", full), ("b", results)])
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    assert "| — |" in rows["Look"] and "0.0% (0/1)" in rows["Look"]
+
+
 def test_compare_warns_on_different_splits(results, episodes):
     seen = summarize_episodes(episodes, split="seen", partial=False, expected_games=4, wall_time_s=1)
     assert "different splits" in compare_runs([("a", seen), ("b", results)])
