@@ -25,10 +25,12 @@ PY=${PY:-python}
 cfg() { $PY -c "import sys,yaml; d=yaml.safe_load(open('$CONFIG')); print(d$1)"; }
 ENV=$(cfg "['env']")
 SEED=$(cfg "['seed']")
-GAMES=$(cfg "['warm_start']['games']")
-EPOCHS=$(cfg "['warm_start']['epochs']")
+# the warm start's settings: the `warmstart:` stage section (`warm_start:` in configs written before it was a stage)
+ws() { $PY -c "import yaml; d=yaml.safe_load(open('$CONFIG')); w=d.get('warmstart') or d['warm_start']; print(w$1)"; }
+GAMES=$(ws "['games']")
+EPOCHS=$(ws "['epochs']")
 PRESET=$(cfg ".get('model', {}).get('preset', 'tiny')")
-WS_LR=$(cfg "['warm_start'].get('lr', '')")
+WS_LR=$(ws ".get('lr', '')")
 HAS_STAGE1=$(cfg ".get('stage1') is not None")
 MODEL=$RUNS/models/agent
 LOGS=$RUNS/logs

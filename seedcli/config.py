@@ -800,6 +800,7 @@ MAPPING_FIELDS = ("env_options",)
 
 # sections a preset may hold for the scripts around the stages (not read by any stage), with their keys
 SCRIPT_SECTIONS: dict[str, tuple[str, ...]] = {
+    # the older spelling of the `warmstart:` stage section (scripts/method_check.sh reads either)
     "warm_start": ("games", "epochs", "noise", "seed", "lr"),
     "method_check": ("seeds", "arms"),  # scripts/method_check.sh: the seeds and the rl arguments of each arm
     "model": ("preset",),  # scripts/method_check.sh: the `seed model init` preset the check starts from
