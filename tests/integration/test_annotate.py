@@ -396,7 +396,7 @@ def test_policy_analyzer_through_an_engine(collect_run, monkeypatch, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ CLI subprocess
 
-pytestmark_cli = pytest.mark.skipif(not (REPO / "seedcli" / "cli.py").exists(), reason="the CLI is not there yet")
+pytestmark_cli = pytest.mark.skipif(not (REPO / "seedcli" / "cli" / "__init__.py").exists(), reason="the CLI is not there yet")
 
 
 def cli(args: list[str], env_key: str, **kw) -> subprocess.Popen:

