@@ -1,0 +1,133 @@
+"""The base of every stage config: the config hash (which fields count, and when), the dtype field, the environment
+field's check and the defaults that come from the environment."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from seedcli.errors import UserError
+
+C = TypeVar("C", bound="StageConfig")
+
+CONFIGS_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
+
+
+def nearest(key: str, valid: list[str] | tuple[str, ...]) -> str:
+    """'; did you mean X?' for the closest valid key, or '' when none is close."""
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def _nohash(description: str, default: Any = None, **kw: Any) -> Any:
+    """A field that does not change what a run computes (resume flags, worker counts): left out of the config hash."""
+    return Field(default, description=description, json_schema_extra={"hash": False}, **kw)
+
+
+def _dtype_field(what: str) -> Any:
+    """The compute dtype of a stage that runs a model (seedcli/precision.py): hashed only when not auto."""
+    return Field(
+        "auto",
+        description=f"compute dtype of {what}: auto (bf16 on a GPU or on a CPU with AVX512-BF16/AMX, else fp32) | "
+        "float32 | bfloat16 (bf16 and fp32 accepted); trained weights and AdamW state stay fp32, the loss "
+        "arithmetic is fp32",
+        json_schema_extra={"hash": "if_changed"},
+    )
+
+
+def _dtype_value(value: Any) -> Any:
+    from seedcli.precision import normalise
+
+    try:
+        return normalise(value) if isinstance(value, str) or value is None else value
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# GiGPO's settings: in the config hash only with step_advantage gigpo
+GIGPO_FIELDS = ("gigpo_gamma", "step_advantage_w", "gigpo_norm", "gigpo_similarity", "gigpo_similarity_threshold")
+
+
+def _env_name(v: Any) -> str:
+    """A registered environment's name (case and spaces ignored), or a ValueError listing them."""
+    from seedcli.envs import ENV_NAMES
+
+    if str(v).strip().lower() not in ENV_NAMES:
+        raise ValueError(
+            f"unknown environment {v!r}{nearest(str(v).strip().lower(), ENV_NAMES)} (use one of "
+            f"{', '.join(ENV_NAMES)}; `seed envs` lists them)"
+        )
+    return str(v).strip().lower()
+
+
+# marks a field whose default is the environment's (`_env_defaults`): the CLI's help says so instead of one number
+_ENV_DEFAULT = {"env_default": True}
+
+
+class StageConfig(BaseModel):
+    """Fields every stage has."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    runs_dir: str = _nohash("root of the run directories", "runs")
+    seed: int = Field(0, description="seed for sampling, task selection and initialisation")
+    resume: str | None = _nohash(
+        "continue an interrupted run: 'auto' = the newest incomplete run of the same config, or a run directory"
+    )
+    logger: str = _nohash(
+        "metric loggers, comma-separated: jsonl (metrics.jsonl, always on), tensorboard, wandb", "jsonl"
+    )
+
+    def hashed(self) -> dict:
+        """The part of the config that decides what the run computes."""
+        fields = type(self).model_fields
+        skip = {name for name, f in fields.items() if (f.json_schema_extra or {}).get("hash") is False}
+        # fields added later count only when set, so the hashes of configs that do not use them stay as they were
+        if_set = {name for name, f in fields.items() if (f.json_schema_extra or {}).get("hash") == "if_set"}
+        # ... or only when they differ from their default (`dtype: auto` keeps every earlier hash)
+        if_changed = {name for name, f in fields.items() if (f.json_schema_extra or {}).get("hash") == "if_changed"}
+        return {
+            k: v
+            for k, v in self.model_dump(mode="json").items()
+            if k not in skip
+            and not (k in if_set and v in (None, {}, []))
+            and not (k in if_changed and v == fields[k].default)
+        }
+
+    def config_hash(self) -> str:
+        blob = orjson.dumps(self.hashed(), option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(blob).hexdigest()
+
+
+def _env_defaults(cls: type, data: dict) -> dict:
+    """Fill the fields whose default depends on the environment (turns, history, splits, advantage mode) when the
+    config does not set them. The field defaults are ALFWorld's, so its configs and hashes are unchanged."""
+    from seedcli.envs import env_class
+
+    if str(data.get("env", "alfworld")).strip().lower() == "alfworld":
+        return data
+    try:
+        env = env_class(data.get("env", "alfworld"))
+    except UserError:
+        return data  # the env field's validator reports it
+    defaults = {
+        "max_steps": env.max_steps,
+        "history": env.history,
+        "val_split": env.val_split,
+        "advantage_norm": env.advantage_norm,
+        "max_step_skills": env.max_step_skills,
+        "gigpo_norm": env.gigpo_norm,
+        "gigpo_similarity": env.gigpo_similarity_threshold is not None,
+        "gigpo_similarity_threshold": env.gigpo_similarity_threshold or 0.95,
+    }
+    defaults["split"] = env.eval_splits[0] if cls.__name__ == "EvalConfig" else env.train_split
+    out = dict(data)
+    for key, value in defaults.items():
+        if key in cls.model_fields and out.get(key) is None:
+            out[key] = value
+    return out
