@@ -360,11 +360,13 @@ def test_resume_after_interruption_continues_at_the_checkpoint_step(pipeline, mo
             if state.global_step == 3:
                 raise _Interrupt("killed")
 
-    real = sft._callbacks
-    monkeypatch.setattr(sft, "_callbacks", lambda run_dir: real(run_dir) + [KillAtStep3()])
+    from seedcli.stages import sft_train
+
+    real = sft_train._callbacks
+    monkeypatch.setattr(sft_train, "_callbacks", lambda run_dir: real(run_dir) + [KillAtStep3()])
     with pytest.raises(_Interrupt):
         sft.run(build_config("sft", "tiny", opts))
-    monkeypatch.setattr(sft, "_callbacks", real)
+    monkeypatch.setattr(sft_train, "_callbacks", real)
     failed = max((p for p in (runs / "sft").iterdir() if p.is_dir() and not p.is_symlink()), key=lambda p: p.name)
     assert read_manifest(failed).status == "failed"
     assert sorted(p.name for p in (failed / "checkpoints").glob("checkpoint-*")) == ["checkpoint-2"]
