@@ -43,8 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from seedcli.analyzers import (
     PREVIOUS_ANSWER_CHARS,
     AnalyzerResponse,
@@ -53,15 +51,16 @@ from seedcli.analyzers import (
     request_key,
 )
 from seedcli.analyzers.parse import ParsedSkill, parse_skill
-from seedcli.artifacts import MANIFEST, Manifest, open_run, read_manifest, resolve_input, saved_path, utc_now
+from seedcli.artifacts import Manifest, open_run, resolve_input, saved_path, utc_now
 from seedcli.config import AnnotateConfig
 from seedcli.envs import env_class, get_env
 from seedcli.errors import StageFailed, UserError
 from seedcli.images import run_images
 from seedcli.progress import StageProgress
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_images, analysis_version, render_trajectory_analysis
-from seedcli.records import JsonlWriter, SkillRecord, Trajectory, iter_jsonl, repair_tail, write_jsonl
+from seedcli.records import JsonlWriter, SkillRecord, Trajectory, iter_jsonl, write_jsonl
 from seedcli.skill_leaks import LEAK_FRAC, leak_metrics
+from seedcli.stages.annotate_cache import ResponseCache, _import_earlier, _tolerant_lines  # noqa: F401
 
 REQUEST_FAILED = "request_failed"
 HTTP_ANALYZERS = ("glm", "openai")
@@ -76,45 +75,6 @@ class Job:
     version: str  # the analysis prompt's version (text, or visual for an episode played from images)
     images: list[str] = field(default_factory=list)  # sha256 of the images the prompt shows, in order
     trajectories: list[Trajectory] = field(default_factory=list)
-
-
-class ResponseCache:
-    """responses.jsonl: {key, attempt} → the analyzer's answer, appended (and flushed) the moment it arrives."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.entries: dict[tuple[str, int], dict] = {}
-        if path.exists():
-            repair_tail(path)
-            for entry in _tolerant_lines(path):
-                self.entries.setdefault((entry["key"], entry["attempt"]), entry)
-        self._writer = JsonlWriter(path)
-        self._lock = threading.Lock()
-
-    def get(self, key: str, attempt: int) -> dict | None:
-        return self.entries.get((key, attempt))
-
-    def put(self, entry: dict) -> None:
-        with self._lock:
-            if (entry["key"], entry["attempt"]) in self.entries:
-                return
-            self.entries[(entry["key"], entry["attempt"])] = entry
-            self._writer.write(entry)
-
-    def close(self) -> None:
-        self._writer.close()
-
-
-def _tolerant_lines(path: Path):
-    """Cache lines that parse; a damaged line only costs one request again."""
-    with open(path, "rb") as fh:
-        for line in fh:
-            try:
-                entry = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(entry, dict) and "key" in entry and "attempt" in entry and "text" in entry:
-                yield entry
 
 
 def _entry(
@@ -177,26 +137,6 @@ def _read_trajectories(collect_dir: Path) -> list[Trajectory]:
     for traj in iter_jsonl(path, Trajectory):
         seen.setdefault(traj.episode_id, traj)
     return list(seen.values())
-
-
-def _import_earlier(cache: ResponseCache, runs_dir: str, this_run: Path, collect_run_id: str, needed: set[str]) -> int:
-    """Copy answers for `needed` keys from earlier annotate runs of the same collect run; returns how many."""
-    stage_dir = Path(runs_dir) / "annotate"
-    n = 0
-    for d in sorted(p for p in stage_dir.iterdir() if p.is_dir() and not p.is_symlink()):
-        if d.resolve() == this_run.resolve() or not (d / MANIFEST).exists() or not (d / "responses.jsonl").exists():
-            continue
-        try:
-            m = read_manifest(d)
-        except UserError:
-            continue
-        if not any(i.stage == "collect" and i.run_id == collect_run_id for i in m.inputs):
-            continue
-        for entry in _tolerant_lines(d / "responses.jsonl"):
-            if entry["key"] in needed and cache.get(entry["key"], entry["attempt"]) is None:
-                cache.put({**entry, "reused_from": entry.get("reused_from") or m.run_id})
-                n += 1
-    return n
 
 
 def _outcome(cache: ResponseCache, key: str) -> tuple[list[dict], ParsedSkill] | None:
