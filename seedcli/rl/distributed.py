@@ -287,8 +287,12 @@ def param_digest(module: torch.nn.Module) -> str:
 # --------------------------------------------------------------------------------------------- launching
 
 
-def torchrun_command(nproc: int, run_dir: Path, torchrun_args: str | None = None) -> list[str]:
-    """`python -m torch.distributed.run` for the rl worker; without rendezvous options it is a standalone job."""
+def torchrun_command(
+    nproc: int, run_dir: Path, torchrun_args: str | None = None, module: str = "seedcli.stages.rl"
+) -> list[str]:
+    """`python -m torch.distributed.run ... -m MODULE --worker RUN_DIR`: the one launcher of the stages that train on
+    several processes (rl's ranks, and sft's with `module="seedcli.stages.sft_train"`); without rendezvous options
+    it is a standalone job on this node."""
     extra = shlex.split(torchrun_args) if torchrun_args else ["--standalone"]
     return [
         sys.executable,
@@ -298,7 +302,7 @@ def torchrun_command(nproc: int, run_dir: Path, torchrun_args: str | None = None
         str(nproc),
         *extra,
         "-m",
-        "seedcli.stages.rl",
+        module,
         "--worker",
         str(run_dir),
     ]

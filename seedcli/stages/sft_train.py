@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -313,24 +312,16 @@ def _export(trainer: Any, tokenizer: Any, base: Path, run_dir: Path, lora: bool)
 
 
 def _launch(run_dir: Path, cfg: SFTConfig, base: Path, device: str, nproc: int) -> None:
-    """Train with `nproc` data-parallel processes under torchrun; they read their orders from run_dir/launch.json."""
+    """Train with `nproc` data-parallel processes under torchrun (rl's launcher, `rl.distributed`); they read their
+    orders from run_dir/launch.json."""
+    from seedcli.rl.distributed import launch, torchrun_command
+
     atomic_write_text(
         run_dir / LAUNCH_FILE,
         json.dumps({"config": cfg.model_dump(mode="json"), "base": str(base), "device": device}, indent=2),
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        "-m",
-        "seedcli.stages.sft_train",
-        "--worker",
-        str(run_dir),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    rc = subprocess.run(cmd, env=env).returncode
+    cmd = torchrun_command(nproc, run_dir, module="seedcli.stages.sft_train")
+    rc = launch(cmd, env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
     if rc != 0:
         raise UserError(
             f"torchrun exited with code {rc} (the ranks' errors are above); fix the cause and continue with "
