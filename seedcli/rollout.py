@@ -45,23 +45,13 @@ class Generated:
     finish_reason: str = "stop"
 
 
-@dataclass(init=False)
+@dataclass
 class EpisodeSpec:
     """Which task to play, and the ids the trajectory will carry."""
 
     episode_id: str
     group_id: str
     task: Task
-
-    def __init__(self, episode_id: str, group_id: str, task: Task | None = None, *, game: Task | None = None):
-        if (task is None) == (game is None):
-            raise TypeError("EpisodeSpec needs exactly one of task= (or its old name game=)")
-        self.episode_id, self.group_id, self.task = episode_id, group_id, task if task is not None else game
-
-    @property
-    def game(self) -> Task:
-        """Old name of `task` (ALFWorld games)."""
-        return self.task
 
 
 @dataclass

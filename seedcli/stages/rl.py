@@ -401,7 +401,7 @@ class _Rollout:
         cfg, info = ctx.cfg, ctx.info
         ctx.models.lm.eval()
         specs = [
-            EpisodeSpec(episode_id=f"u{step:04d}-g{gi:03d}-r{r:02d}", group_id=f"u{step:04d}-g{gi:03d}", game=game)
+            EpisodeSpec(episode_id=f"u{step:04d}-g{gi:03d}-r{r:02d}", group_id=f"u{step:04d}-g{gi:03d}", task=game)
             for gi, game in enumerate(games)
             if gi % info.world == info.rank
             for r in range(cfg.group)
@@ -428,7 +428,7 @@ def validate(ctx: RLContext, pool, games: list, step: int) -> dict:
         ctx.base_settings, temperature=cfg.val_temperature, seed=update_seed(cfg.seed, step, "val", info.rank)
     )
     specs = [
-        EpisodeSpec(episode_id=f"v{step:04d}-{i:03d}", group_id=f"v{step:04d}-{i:03d}", game=g)
+        EpisodeSpec(episode_id=f"v{step:04d}-{i:03d}", group_id=f"v{step:04d}-{i:03d}", task=g)
         for i, g in enumerate(games)
         if i % info.world == info.rank
     ]

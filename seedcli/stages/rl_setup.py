@@ -4,28 +4,30 @@ the weight sync with its probe, and the environment's hooks)."""
 
 from __future__ import annotations
 
+import datetime
 import os
 from pathlib import Path
 
+import torch
+
 from seedcli.config import RLConfig
 from seedcli.engines.base import pad_token_id
+from seedcli.envs import get_env
 from seedcli.errors import UserError
 from seedcli.images import run_images
+from seedcli.precision import compute_dtype_name
+from seedcli.rl import distributed as D
 from seedcli.rl.checkpoint import CHECKPOINTS, latest_checkpoint, read_checkpoint_state
 from seedcli.rl.context import EnvHooks, Plan, RLContext, vision_processor
+from seedcli.rl.sampler import TaskSampler
 from seedcli.rl.samples import Reward
 from seedcli.rl.weight_sync import ProbeCheck, WeightSync, make_probe, names_for_config
 from seedcli.skill_leaks import find_leaks, leak_metrics
+from seedcli.stages.common import settings_from
 
 
 def _start_rank(cfg: RLConfig):
     """Join the process group (one process: a group of one) and seed this rank."""
-    import datetime
-
-    import torch
-
-    from seedcli.rl import distributed as D
-
     info = D.init_distributed(
         use_cuda=cfg.gpus > 0,
         fsdp=None if cfg.parallel == "auto" else cfg.parallel == "fsdp",
@@ -48,8 +50,6 @@ def _resume_point(cfg: RLConfig, run_dir: Path) -> tuple[Path | None, dict]:
 
 
 def _task_sampler(cfg: RLConfig, env, state: dict):
-    from seedcli.rl.sampler import TaskSampler
-
     sampler = TaskSampler(env.list_tasks(env.resolve_split(cfg.split)), cfg.batch_tasks, cfg.seed, cfg.train_fraction)
     if state.get("sampler"):
         sampler.load_state_dict(state["sampler"])
@@ -59,9 +59,6 @@ def _task_sampler(cfg: RLConfig, env, state: dict):
 def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env, run_dir: Path) -> RLContext:
     """What the phases share; from the environment only how a skill enters its prompt, its reward convention, its
     leak rule and its rules analyzer (`EnvHooks`)."""
-    from seedcli.precision import compute_dtype_name
-    from seedcli.stages.common import settings_from
-
     # the probe's allowed drift beyond its calibration (a warning): float noise when both sides are fp32 (CPU, or a
     # shared model); looser for a bf16 engine (vLLM or hf) against a bf16 trainer (FSDP or autocast)
     fp32 = models.shared or (info.device.type == "cpu" and compute_dtype_name(cfg.dtype, info.device) == "float32")
@@ -93,8 +90,6 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env, r
 
 def _probe_texts(history: int) -> tuple[str, str]:
     """The fixed (user message, response) of the weight-sync probe: an ALFWorld first turn, whatever the env."""
-    from seedcli.envs import get_env
-
     alfworld = get_env("alfworld")
     prompt = alfworld.render_prompt(
         "put a clean mug in coffeemachine.",
