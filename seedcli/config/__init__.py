@@ -16,8 +16,6 @@ from pydantic import BaseModel, ValidationError
 
 from seedcli.config.base import (  # noqa: F401 - the names every caller imports from seedcli.config
     CONFIGS_DIR,
-    GIGPO_FIELDS,
-    C,
     StageConfig,
     nearest,
 )

@@ -6,14 +6,12 @@ from __future__ import annotations
 import difflib
 import hashlib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from seedcli.errors import UserError
-
-C = TypeVar("C", bound="StageConfig")
 
 CONFIGS_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
 

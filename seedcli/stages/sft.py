@@ -51,8 +51,7 @@ from seedcli.engines.base import check_gpus
 from seedcli.errors import UserError
 from seedcli.records import SkillRecord, Trajectory, iter_jsonl, read_jsonl, write_jsonl
 from seedcli.sftdata import DataStats, Example, Expand, build_examples, kept_records, split_by_episode
-from seedcli.stages.sft_train import (  # noqa: F401 - VisionCollator, LAUNCH_FILE: re-exported
-    LAUNCH_FILE,
+from seedcli.stages.sft_train import (  # noqa: F401 - VisionCollator: re-exported
     VisionCollator,
     _launch,
     _load_tokenizer,
