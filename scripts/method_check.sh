@@ -11,12 +11,20 @@
 #   WARM_FROM=DIR bash scripts/method_check.sh  # reuse a model trained by `seed model init --warm-start expert`
 #   RESUME=1 bash scripts/method_check.sh       # keep the steps index.json lists as done (delete an entry to redo it)
 #   NOTE="..." REPORT_ONLY=1 bash scripts/method_check.sh  # a sentence on how the run went, shown in the document
+# Across sittings on fresh machines (runs/ gone): the check saves its record without weights in $RECORD
+# (docs/method-check/record, committed); RESUME=1 on a machine without $RUNS restores it, rebuilds the warm start and
+# the Stage-1 sft with the same commands, checks their sha256 against the record, and runs only what is left.
+#   python scripts/method_check_archive.py save --runs runs/method-check --to docs/method-check/record  # mid-check
 # Every command and its wall time are appended to $RUNS/commands.jsonl; $RUNS/index.json names the run of each step.
+# The body is one { } block that ends in `exit`: bash reads all of it before running any, so editing this file
+# during a check (hours) cannot change what the running check does next.
+{
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=${CONFIG:-configs/method_check.yaml}
 RUNS=${RUNS:-runs/method-check}
 DOC=${DOC:-docs/method-check.md}
+RECORD=${RECORD:-${DOC%.md}/record}
 JOBS=${JOBS:-2}
 # one thread per process: on two shared cores, two threads ran the tiny model 4x slower than one (contention)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false \
@@ -104,6 +112,9 @@ PYEOF
 
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
   if [ "${RESUME:-0}" != 1 ] && [ -d "$RUNS" ]; then mv "$RUNS" "$RUNS.old-$(date -u +%Y%m%dT%H%M%SZ)"; fi
+  if [ "${RESUME:-0}" = 1 ] && [ ! -f "$RUNS/index.json" ] && [ -f "$RECORD/index.json" ]; then
+    $PY scripts/method_check_archive.py restore --from "$RECORD" --runs "$RUNS"
+  fi
   mkdir -p "$LOGS" "$RUNS/models"
   export RUNS MODEL
   [ -f "$RUNS/machine.json" ] || $PY - "$RUNS" "$CONFIG" "$JOBS" <<'PYEOF'
@@ -154,6 +165,7 @@ PYEOF
     analyzer_kept kept_after_sft "$START"
   fi
   export START
+  $PY scripts/method_check_archive.py verify --runs "$RUNS"  # a restored record: the rebuilt models are the same?
 
   # 2. Stage 2 from the same warm start, every seed × arm, $JOBS at a time; the warm start's own eval beside them
   { printf 'eval_warm\tseed eval -c %s --runs-dir %s --model %s --json\n' "$CONFIG" "$RUNS" "$MODEL"
@@ -164,8 +176,11 @@ PYEOF
 
   # 3. every final model on the same test rooms (ordinary prompt, no skill)
   steps eval | sed "s|\$RUNS|$RUNS|g" | pool
+  $PY scripts/method_check_archive.py save --runs "$RUNS" --to "$RECORD"
 fi
 
 # 4. the document (every number read from the run directories)
 $PY scripts/method_check_report.py --runs "$RUNS" --out "$DOC" ${NOTE:+--note "$NOTE"}
 echo "== done ($(( $(date +%s) - t0 ))s): $DOC"
+exit
+}

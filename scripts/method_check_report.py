@@ -264,6 +264,7 @@ class Doc:
             f"| Wall time, first command to last | {_dur(elapsed)} |",
             f"| Sum of the steps' wall times | {_dur(total)} |",
             *([f"| Note | {m['note']} |"] if m.get("note") else []),
+            *([f"| Rebuilt models | {m['rebuild_note']} |"] if m.get("rebuild_note") else []),
             "",
             "## Commands",
             "",

