@@ -18,9 +18,16 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from seedcli.envs import env_class
 from seedcli.errors import UserError
 from seedcli.images import IMAGES_DIR
 from seedcli.records import RECORD_SCHEMA_VERSION, iter_jsonl
+from seedcli.rl.inspect import show_samples
 
 EPISODE_FILES = {"collect": "trajectories.jsonl", "eval": "episodes.jsonl"}
 SAMPLES = "samples.jsonl"
@@ -114,8 +121,6 @@ def _images(record: dict, base: Path) -> list[str]:
 
 
 def _penalty(env_name: str) -> float | None:
-    from seedcli.envs import env_class
-
     try:
         return float(env_class(env_name).invalid_penalty)
     except UserError:
@@ -128,7 +133,6 @@ def _score_text(score: Any) -> str:
 
 def episode_table(episodes: list[dict], title: str):
     """A rich Table of the episodes: id, category, won, score, length, invalid turns, task (abridged)."""
-    from rich.table import Table
 
     table = Table(title=title)
     for col in ("episode", "category", "won", "score", "length", "invalid"):
@@ -150,8 +154,6 @@ def episode_table(episodes: list[dict], title: str):
 
 def render_episode(rec: dict[str, Any], base: Path) -> list:
     """Rich renderables for one episode in full."""
-    from rich.panel import Panel
-    from rich.text import Text
 
     penalty = _penalty(rec.get("env", "alfworld"))
     won = bool(rec.get("won"))
@@ -211,7 +213,6 @@ def show_episodes(
 ) -> dict[str, Any] | None:
     """Print a collect/eval run's episodes: with `episode`, that one in full; else a table (only the failed ones
     with `failed`) and the first listed in full. Returns the episode shown in full (None when none is listed)."""
-    from rich.console import Console
 
     kind, path = locate(run)
     if kind != "episodes":
@@ -262,7 +263,6 @@ def inspect_run(
                 f"{run}: an rl run; --episode and --failed choose episodes of collect and eval runs, an rl run's "
                 "logged samples are chosen with --step N"
             )
-        from seedcli.rl.inspect import show_samples
 
         return show_samples(path, step, console)
     if step is not None:

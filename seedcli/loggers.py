@@ -10,6 +10,7 @@ every new row to the other loggers, so they see exactly the names and steps of m
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import threading
@@ -45,7 +46,6 @@ def parse_loggers(value: str | list[str] | None) -> list[str]:
 
 def check_installed(names: list[str]) -> None:
     """Fail before a run starts when an asked-for logger's package is missing, saying how to install it."""
-    import importlib.util
 
     for name in names:
         module = {"tensorboard": "torch.utils.tensorboard", "wandb": "wandb"}.get(name)

@@ -16,16 +16,19 @@ from typing import Any
 
 from seedcli.analyzers import AnalyzerResponse, analysis_messages, png_of_part
 from seedcli.analyzers.parse import MIN_SKILL_WORDS, SKIPPED_SUCCESS, ParsedSkill, parse_skill
+from seedcli.engines import load_engine
+from seedcli.engines.scheduling import Request
+from seedcli.engines.tiny import model_hash
+from seedcli.engines.vision import request_tokens
 from seedcli.envs import env_class
 from seedcli.errors import UserError
+from seedcli.images import decode_png
 from seedcli.prompts import analysis_images, render_trajectory_analysis, schema_reminder
 
 
 def model_fingerprint(model_dir: Path) -> str:
     """Content hash of the weights (the engines' model_hash), or of file names, sizes and times when there is none."""
     try:
-        from seedcli.engines.tiny import model_hash
-
         return model_hash(model_dir)
     except (ImportError, FileNotFoundError):
         digest = hashlib.sha256()
@@ -70,7 +73,6 @@ class PolicyAnalyzer:
         path = Path(cfg.model)
         if not (path / "config.json").exists():
             raise UserError(f"--model {path}: no config.json; pass a Hugging Face model directory")
-        from seedcli.engines import load_engine
 
         engine = load_engine(cfg.engine, path, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
         return cls(
@@ -128,7 +130,6 @@ class PolicyAnalyzer:
 def engine_messages(messages: list[dict]) -> tuple[list[dict], list]:
     """OpenAI-style messages as the local engine takes them: each `image_url` part becomes a chat-template image
     part, and its PNG the engine's image (uint8 H×W×3), in order. Text-only messages pass through unchanged."""
-    from seedcli.images import decode_png
 
     out: list[dict] = []
     images: list = []
@@ -191,8 +192,6 @@ def message_tokens(engine: Any, messages: list[dict]) -> int:
     ids, images = engine_prompt(engine, messages)
     processor = getattr(engine, "image_processor", None)
     if images and processor is not None:
-        from seedcli.engines.vision import request_tokens
-
         return request_tokens(ids, images, processor)
     return len(ids)
 
@@ -362,8 +361,6 @@ class SelfAnalysis:
         self._asked: dict[str, tuple[str, list[bytes], int]] = {}  # episode id -> (prompt, images, turns)
 
     def _request(self, episode_id: str, attempt: int, messages: list[dict]) -> Any:
-        from seedcli.engines.scheduling import Request
-
         ids, images = engine_prompt(self.engine, messages)
         return Request(
             tag=(episode_id, attempt),

@@ -32,6 +32,7 @@ from seedcli.artifacts.lock import (  # noqa: F401 - re-exported
 from seedcli.atomic import atomic_write_bytes, atomic_write_text  # re-exported: callers import them from here
 from seedcli.config import StageConfig, run_workdir, to_yaml
 from seedcli.errors import UserError
+from seedcli.loggers import check_installed, parse_loggers, start_mirror
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -319,7 +320,6 @@ def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Ite
     """Create (or, with cfg.resume, reopen) a run directory and hold its writer lock for the body. A body that
     raises marks the run failed (Ctrl-C: interrupted); a new run that wrote nothing yet is removed, so no empty
     failed run is left."""
-    from seedcli.loggers import check_installed, parse_loggers, start_mirror
 
     loggers = parse_loggers(getattr(cfg, "logger", "jsonl"))
     check_installed(loggers)  # a missing extra fails before any directory exists

@@ -11,7 +11,9 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from seedcli.envs import ENV_NAMES, env_class
 from seedcli.errors import UserError
+from seedcli.precision import normalise
 
 CONFIGS_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
 
@@ -39,8 +41,6 @@ def _dtype_field(what: str) -> Any:
 
 
 def _dtype_value(value: Any) -> Any:
-    from seedcli.precision import normalise
-
     try:
         return normalise(value) if isinstance(value, str) or value is None else value
     except ValueError as exc:
@@ -53,7 +53,6 @@ GIGPO_FIELDS = ("gigpo_gamma", "step_advantage_w", "gigpo_norm", "gigpo_similari
 
 def _env_name(v: Any) -> str:
     """A registered environment's name (case and spaces ignored), or a ValueError listing them."""
-    from seedcli.envs import ENV_NAMES
 
     if str(v).strip().lower() not in ENV_NAMES:
         raise ValueError(
@@ -105,7 +104,6 @@ class StageConfig(BaseModel):
 def _env_defaults(cls: type, data: dict) -> dict:
     """Fill the fields whose default depends on the environment (turns, history, splits, advantage mode) when the
     config does not set them. The field defaults are ALFWorld's, so its configs and hashes are unchanged."""
-    from seedcli.envs import env_class
 
     if str(data.get("env", "alfworld")).strip().lower() == "alfworld":
         return data

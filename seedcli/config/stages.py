@@ -9,6 +9,7 @@ import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from seedcli.config.base import _ENV_DEFAULT, StageConfig, _dtype_field, _dtype_value, _env_defaults, _env_name, _nohash
+from seedcli.envs import env_class
 from seedcli.errors import UserError
 
 
@@ -90,8 +91,6 @@ class RolloutConfig(StageConfig):
         # given, so the config and its hash are what the user wrote (the environment normalises them when built)
         env = info.data.get("env")
         if v and env is not None:
-            from seedcli.envs import env_class
-
             try:
                 env_class(env).check_options(v)
             except UserError as exc:
@@ -259,6 +258,13 @@ class WarmStartConfig(StageConfig):
     analysis_max_chars: int = Field(6000, ge=1, description="characters of the analysis prompt (as rl's self-analyzer)")
     check_turns: int = Field(64, ge=0, description="demonstration turns of the greedy acting check after training")
     check_skills: int = Field(8, ge=0, description="episodes held out of skill writing for the skill-writing check")
+    nproc: int = Field(
+        1,
+        ge=1,
+        description="data-parallel CPU processes that train the clone (torchrun and gloo, the launcher sft and rl "
+        "use; each takes every nproc-th example of a batch); 1 = this process",
+        json_schema_extra={"hash": "if_changed"},
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = _dtype_field("training (bf16 autocast over fp32 weights)")
     _check_dtype = field_validator("dtype", mode="before")(_dtype_value)
     workers: int = _nohash("environment worker processes for the expert's games (0 = in this process)", 2, ge=0)

@@ -14,6 +14,8 @@ import os
 from typing import Any, Literal
 
 from seedcli.engines.base import ENGINE_KINDS, Completion, Engine, check_device, check_engine, check_model_dir
+from seedcli.engines.hf import HFEngine
+from seedcli.engines.vllm import VLLMEngine
 
 
 def load_engine(
@@ -31,12 +33,9 @@ def load_engine(
         check_model_dir(model_dir)
     if kind == "hf":
         check_device(str(device))
-        from seedcli.engines.hf import HFEngine
 
         return HFEngine(model_dir, device=device, dtype=dtype, seed=seed, **kw)
     if kind == "vllm":
-        from seedcli.engines.vllm import VLLMEngine
-
         return VLLMEngine(model_dir, device=device, dtype=dtype, seed=seed, **kw)
     raise ValueError(f"unknown engine kind {kind!r}; use one of {', '.join(ENGINE_KINDS)}")
 

@@ -16,12 +16,14 @@ own after every refresh (`rl/weight_sync.py`).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from seedcli.errors import UserError
 from seedcli.prompts import IMAGE_PLACEHOLDER
 
 if TYPE_CHECKING:
@@ -97,9 +99,6 @@ WEIGHT_PATTERNS = (
 
 def check_model_dir(model: str | os.PathLike, flag: str = "--model") -> Path:
     """A loadable Hugging Face model directory, or a one-line UserError saying what is missing and how to fix it."""
-    import json
-
-    from seedcli.errors import UserError
 
     path = Path(model)
     if not path.is_dir():
@@ -130,7 +129,6 @@ def check_model_dir(model: str | os.PathLike, flag: str = "--model") -> Path:
 
 def check_device(device: str, flag: str = "--device") -> None:
     """`cuda` on a machine without a visible GPU is a one-line UserError instead of a traceback mid-run."""
-    from seedcli.errors import UserError
 
     if not device.startswith("cuda"):
         if device not in ("auto", "cpu") and not device.startswith(("mps", "xpu")):
@@ -150,8 +148,6 @@ def check_gpus(count: int, fix: str, flag: str = "--gpus", local: bool = True) -
     this node (`local`), N of them: the one world check of the stages that train on GPUs (sft, rl)."""
     import torch
 
-    from seedcli.errors import UserError
-
     if not torch.cuda.is_available():
         raise UserError(f"{flag} {count}: no CUDA GPU is visible; {fix}")
     if local and torch.cuda.device_count() < count:
@@ -160,9 +156,6 @@ def check_gpus(count: int, fix: str, flag: str = "--gpus", local: bool = True) -
 
 def check_engine(kind: str, flag: str = "--engine") -> None:
     """`vllm` without vLLM installed is a one-line UserError saying how to install it."""
-    import importlib.util
-
-    from seedcli.errors import UserError
 
     if kind not in ENGINE_KINDS:
         raise UserError(f"{flag} {kind}: unknown engine; use one of {', '.join(ENGINE_KINDS)}")

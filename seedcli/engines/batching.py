@@ -125,8 +125,6 @@ class ContinuousBatcher:
         the log-prob is the raw logits' (before temperature and top-p), as `generate` reports it."""
         import torch
 
-        from seedcli.engines.hf import race_choice
-
         logits = self.logits.float()
         scores = logits
         if any(row.ban_stop for row in self.rows):
@@ -223,3 +221,21 @@ class ContinuousBatcher:
         for layer in self.cache.layers:
             layer.keys = layer.keys.index_select(0, index)[:, :, first:]
             layer.values = layer.values.index_select(0, index)[:, :, first:]
+
+
+def race_choice(scores, generators: list, temperature: float, top_p: float):
+    """The token each row draws (`scores` [B, V]; row b from `generators[b]`): temperature, then top-p, then the
+    exponential race argmax(p / E), E ~ Exp(1), V draws a row. Shared by `generate` and continuous batching, so both
+    draw the same tokens from the same seeds."""
+    import torch
+
+    probs = torch.softmax(scores.float() / temperature, dim=-1)  # [B, V]
+    if top_p < 1.0:
+        sorted_p, idx = probs.sort(dim=-1, descending=True)
+        # drop a token when the tokens above it already hold top_p of the mass (the first is always kept)
+        drop_sorted = (sorted_p.cumsum(-1) - sorted_p) > top_p
+        probs = probs.masked_fill(drop_sorted.scatter(-1, idx, drop_sorted), 0.0)
+    race = torch.empty_like(probs)
+    for row, gen in enumerate(generators):
+        race[row].exponential_(generator=gen)
+    return (probs / race).argmax(dim=-1)

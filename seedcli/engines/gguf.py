@@ -15,10 +15,13 @@ scale and a minimum), not the original bf16 checkpoint: close to it, not equal.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import importlib.util
 import json
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -172,9 +175,6 @@ def cached_preset(preset: str, cache_dir: str | os.PathLike | None = None) -> Pa
     """The preset's model directory, converted once and kept under $SEEDCLI_CACHE/models (default
     ~/.cache/seedcli/models), keyed by the GGUF's size and mtime; concurrent callers wait on a lock (the test suite's
     workers, the benches)."""
-    import fcntl
-    import shutil
-    import tempfile
 
     gguf, _ = preset_gguf(preset)
     base = Path(cache_dir or os.environ.get("SEEDCLI_CACHE") or Path.home() / ".cache" / "seedcli") / "models"

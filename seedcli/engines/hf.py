@@ -20,6 +20,9 @@ from seedcli.engines.base import (
     stop_token_ids,
     vision_pad_ids,
 )
+from seedcli.engines.batching import ContinuousBatcher, race_choice
+from seedcli.engines.vision import expand_image_tokens, load_image_processor, vision_inputs
+from seedcli.precision import compute_dtype
 
 
 class HFEngine:
@@ -50,8 +53,6 @@ class HFEngine:
         model_class = AutoModelForCausalLM
         if self.vision:
             from transformers import AutoModelForImageTextToText
-
-            from seedcli.engines.vision import load_image_processor
 
             model_class = AutoModelForImageTextToText
             self.image_processor = load_image_processor(model_dir)
@@ -135,7 +136,6 @@ class HFEngine:
         """The prompts with their image tokens expanded, and the forward's pixel_values/image_grid_thw."""
         if not self.vision:
             return prompts, {}
-        from seedcli.engines.vision import expand_image_tokens, vision_inputs
 
         if not any(images):
             for p in prompts:  # an image placeholder without its image
@@ -278,7 +278,6 @@ class HFEngine:
     def batcher(self) -> Any:
         """A continuous batcher over this engine (`seedcli.engines.batching`; text models): up to `max_batch`
         requests decode together, each leaving when it is done."""
-        from seedcli.engines.batching import ContinuousBatcher
 
         return ContinuousBatcher(self, max_rows=self.max_batch)
 
@@ -340,24 +339,6 @@ class RowSampler:
         return out
 
 
-def race_choice(scores, generators: list, temperature: float, top_p: float):
-    """The token each row draws (`scores` [B, V]; row b from `generators[b]`): temperature, then top-p, then the
-    exponential race argmax(p / E), E ~ Exp(1), V draws a row. Shared by `generate` and continuous batching, so both
-    draw the same tokens from the same seeds."""
-    import torch
-
-    probs = torch.softmax(scores.float() / temperature, dim=-1)  # [B, V]
-    if top_p < 1.0:
-        sorted_p, idx = probs.sort(dim=-1, descending=True)
-        # drop a token when the tokens above it already hold top_p of the mass (the first is always kept)
-        drop_sorted = (sorted_p.cumsum(-1) - sorted_p) > top_p
-        probs = probs.masked_fill(drop_sorted.scatter(-1, idx, drop_sorted), 0.0)
-    race = torch.empty_like(probs)
-    for row, gen in enumerate(generators):
-        race[row].exponential_(generator=gen)
-    return (probs / race).argmax(dim=-1)
-
-
 def torch_int():
     import torch
 
@@ -374,8 +355,6 @@ def _resolve_device(device: str) -> str:
 
 def _torch_dtype(dtype, device):
     import torch
-
-    from seedcli.precision import compute_dtype
 
     if dtype is None or dtype == "auto":
         return compute_dtype("auto", device)

@@ -20,6 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seedcli.engines.tiny import (
+    EOS_TOKEN,
+    PAD_TOKEN,
+    QWEN_VOCAB_SIZE,
+    _round_up,
+    build_qwen_tokenizer,
+    build_tiny_tokenizer,
+)
+
 IMAGE_PAD = "<|image_pad|>"
 VISION_START = "<|vision_start|>"
 VISION_END = "<|vision_end|>"
@@ -139,14 +148,6 @@ def vl_parts(preset: str = "tiny-vl", corpus: Iterable[str] | None = None):
     tiny-vl: the tiny BPE trained on `corpus`, the tiny shape, small pixel bounds. qwen2.5-vl-3b-shape: Qwen2.5's
     own tokenizer (151,936 embedding rows), Qwen2.5-VL-3B-Instruct's shape and its processor's bounds. Both carry
     Qwen2-VL's chat template and the vision tokens' ids; building these costs seconds, no weights are made."""
-    from seedcli.engines.tiny import (
-        EOS_TOKEN,
-        PAD_TOKEN,
-        QWEN_VOCAB_SIZE,
-        _round_up,
-        build_qwen_tokenizer,
-        build_tiny_tokenizer,
-    )
 
     if preset not in VL_PRESETS:
         raise ValueError(f"unknown vision-language preset {preset!r}; use one of {', '.join(VL_PRESETS)}")

@@ -35,8 +35,10 @@ from seedcli.engines.base import (
     stop_token_ids,
     vision_pad_ids,
 )
+from seedcli.engines.vision import fit_image, load_image_processor, pixel_bounds, request_tokens, with_max_pixels
 from seedcli.engines.vllm_weights import vllm_checksums, vllm_name  # noqa: F401 - re-exported
 from seedcli.errors import UserError
+from seedcli.precision import compute_dtype_name
 
 if TYPE_CHECKING:
     pass
@@ -62,7 +64,6 @@ def vision_engine_kwargs(
     the trainer uses), and the vision attention when one is forced. A text model gets `llm_kwargs` back unchanged."""
     if not is_vision_model(model_dir):
         return dict(llm_kwargs)
-    from seedcli.engines.vision import load_image_processor, pixel_bounds, with_max_pixels
 
     out = dict(llm_kwargs)
     if vision_attention is not None:
@@ -89,8 +90,6 @@ def vllm_requests(prompts: list[list[int]], images: list[list[Any]] | None = Non
     resizes nothing and sees the trainer's pixels."""
     from PIL import Image
     from vllm.inputs import TokensPrompt
-
-    from seedcli.engines.vision import fit_image
 
     if images is not None and len(images) != len(prompts):
         raise ValueError(f"generate got {len(prompts)} prompts but {len(images)} image lists")
@@ -171,8 +170,6 @@ class VLLMEngine:
         # (`rl.context.vision_processor`) and every image is sent at the size it resizes to (`vllm_requests`)
         self.image_processor: Any = None
         if self.vision:
-            from seedcli.engines.vision import load_image_processor, with_max_pixels
-
             self.image_processor = with_max_pixels(load_image_processor(model_dir), max_pixels)
         llm_kwargs = vision_engine_kwargs(
             model_dir,
@@ -252,7 +249,6 @@ class VLLMEngine:
     def check_length(self, ids: list[int], images: Any = ()) -> None:
         """A one-line error for a prompt vLLM would refuse (it takes at most max_model_len - 1 prompt tokens, images
         counted at their own tokens), before anything is sent."""
-        from seedcli.engines.vision import request_tokens
 
         n = request_tokens(ids, images, self.image_processor) if images and self.image_processor else len(ids)
         if n >= self.max_model_len:
@@ -435,7 +431,6 @@ def _engine_dtype(dtype: str | None, model_dir: str | os.PathLike, on_cpu: bool)
     (seedcli/precision.py: bf16 on a GPU or a CPU with bf16 instructions), never vLLM's own "auto"."""
     if dtype is None:
         return _checkpoint_dtype(model_dir)
-    from seedcli.precision import compute_dtype_name
 
     return compute_dtype_name(dtype, "cpu" if on_cpu else "cuda")
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
 from seedcli.errors import UserError
 from seedcli.records import read_jsonl
 
@@ -60,7 +64,6 @@ def shift_style(shift: float | None) -> str:
 
 def skill_text(skill: str, leaks: list) -> Any:
     """The skill as rich Text, each leaked [start, end) span styled LEAK_STYLE."""
-    from rich.text import Text
 
     text = Text(skill, style="italic")
     for start, end in leaks:
@@ -70,8 +73,6 @@ def skill_text(skill: str, leaks: list) -> Any:
 
 def render_sample(rec: dict[str, Any]):
     """Rich renderables for one sample record."""
-    from rich.panel import Panel
-    from rich.text import Text
 
     out = []
     head = Text()
@@ -148,7 +149,6 @@ def render_sample(rec: dict[str, Any]):
 
 def show_samples(run_dir: str | Path, step: int | None = None, console=None) -> dict:
     """Print the sample of update `step` (default: the latest) of an rl run; returns the record shown."""
-    from rich.console import Console
 
     rec = pick_sample(read_samples(run_dir), step)
     console = console or Console()

@@ -25,6 +25,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from seedcli.engines.tiny import FULL_SHAPES
+from seedcli.engines.vision import VL_PRESETS, vl_config
+
 GIB = 1024**3
 CUDA_OVERHEAD_GIB = 2.0  # CUDA context, NCCL buffers, cuBLAS workspaces: measured ~1.5-2.5 GiB per rank
 # vLLM's CUDA-graph pool, which a sleep (level 1 or 2) leaves resident (vLLM frees weights and KV cache only; see
@@ -147,8 +150,6 @@ class Shape:
     @classmethod
     def load(cls, name_or_dir: str) -> Shape:
         """A preset name (`qwen2.5-3b-shape`, `qwen2.5-vl-3b-shape`) or a model directory with config.json."""
-        from seedcli.engines.tiny import FULL_SHAPES
-        from seedcli.engines.vision import VL_PRESETS, vl_config
 
         if name_or_dir in FULL_SHAPES:
             return cls.from_config(dict(FULL_SHAPES[name_or_dir]))

@@ -50,7 +50,9 @@ from seedcli.analyzers import (
     make_analyzer,
     request_key,
 )
+from seedcli.analyzers.http import RequestFailed, resolve
 from seedcli.analyzers.parse import ParsedSkill, parse_skill
+from seedcli.analyzers.policy import model_fingerprint
 from seedcli.artifacts import Manifest, open_run, resolve_input, saved_path, utc_now
 from seedcli.config import AnnotateConfig
 from seedcli.envs import env_class, get_env
@@ -103,8 +105,6 @@ def _resolve_analyzer_fields(cfg: AnnotateConfig) -> AnnotateConfig:
     variable that held the key — never the key)."""
     update: dict[str, Any] = {}
     if cfg.analyzer in HTTP_ANALYZERS:
-        from seedcli.analyzers.http import resolve
-
         base_url, model, key_env = resolve(cfg.analyzer, cfg.base_url, cfg.model, cfg.api_key_env)
         update = {"base_url": base_url, "model": model, "api_key_env": key_env}
     elif cfg.analyzer == "policy":
@@ -123,8 +123,6 @@ def _key_model(cfg: AnnotateConfig, env: str = "alfworld") -> tuple[str, str]:
         version = env_class(env).rules_version
         return version, version
     if cfg.analyzer == "policy":
-        from seedcli.analyzers.policy import model_fingerprint
-
         return str(cfg.model), "sha256:" + model_fingerprint(Path(cfg.model))[:16]
     return str(cfg.model), str(cfg.model)
 
@@ -259,7 +257,6 @@ class _Annotator:
 
     def run_one(self, job: Job) -> None:
         """Threaded analyzers: first attempt, then the schema-reminder retry when the answer is rejected."""
-        from seedcli.analyzers.http import RequestFailed
 
         analyzer = self._get_analyzer()
         try:

@@ -8,6 +8,9 @@ import time
 from pathlib import Path
 
 from seedcli.config import RolloutConfig
+from seedcli.engines import load_engine
+from seedcli.engines.base import is_vision_model
+from seedcli.engines.tiny import model_hash
 from seedcli.envs import get_env
 from seedcli.envs.base import Environment
 from seedcli.envs.pool import EnvPool
@@ -37,7 +40,6 @@ def check_model_dir(model: str | None, flag: str = "--model") -> Path:
 def check_model_sees(env: Environment, model_dir: Path, flag: str = "--model") -> None:
     """Refuse, in one line, a text-only model on an environment that shows images: it would play blind (the prompt's
     image placeholder is all it reads) and the run would still end complete."""
-    from seedcli.engines.base import is_vision_model
 
     if env.frame_size() is not None and not is_vision_model(model_dir):
         raise UserError(
@@ -66,8 +68,6 @@ def settings_from(cfg: RolloutConfig) -> RolloutSettings:
 
 def load_policy_engine(cfg: RolloutConfig, model_dir: Path):
     """Engine + the metadata every trajectory records about the model."""
-    from seedcli.engines import load_engine
-    from seedcli.engines.tiny import model_hash
 
     engine = load_engine(cfg.engine, model_dir, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed)
     meta = {"engine": cfg.engine, "model_id": str(model_dir), "model_hash": model_hash(model_dir), "policy": "model"}

@@ -33,18 +33,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, model_run, open_run, resolve_input
+from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, model_run, open_run, resolve_input, utc_now
 from seedcli.config import RLConfig
 from seedcli.engines.base import check_gpus
+from seedcli.envs import get_env
+from seedcli.envs.pool import EnvPool
 from seedcli.errors import UserError
 from seedcli.images import IMAGES_DIR
+from seedcli.progress import StageProgress
+from seedcli.rl import distributed as D
 from seedcli.rl.checkpoint import (
     CHECKPOINTS,
     checkpoint_dtype,
@@ -61,12 +67,14 @@ from seedcli.rl.context import (
     load_rollout_engine,
     update_seed,
 )
+from seedcli.rl.distributed import launch, torchrun_command
 from seedcli.rl.optimize import NonFiniteGuard
 from seedcli.rl.retire import retirement_for
 from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
 from seedcli.rl.skill_library import SkillCategories, default_library_path, load_skill_library
 from seedcli.rl.update import update
 from seedcli.rollout import EpisodeSpec, ModelPolicy, episode_metrics, play_episodes
+from seedcli.stages.common import check_model_dir, check_model_sees, make_env
 from seedcli.stages.rl_setup import _context, _resume_point, _start_rank, _task_sampler, env_workers  # noqa: F401
 
 DEFAULT_STATIC_SKILLS = REPO_ROOT / "data" / "static_skills.json"
@@ -107,7 +115,6 @@ def resolve_plan(cfg: RLConfig) -> Plan:
 
 def skill_categories(env_name: str) -> SkillCategories:
     """What a static skill library needs of the environment's categories (the library never sees the environment)."""
-    from seedcli.envs import get_env
 
     env = get_env(env_name)
     return SkillCategories(env.canonical_category, tuple(env.categories), env.card.category_label, env.title)
@@ -116,7 +123,6 @@ def skill_categories(env_name: str) -> SkillCategories:
 def resolve_start_model(cfg: RLConfig) -> tuple[Path, tuple[Path, Manifest] | None]:
     """The starting model (actor and frozen reference): --model DIR, or the model/ of an sft run (or, given as
     --from, of a warm start's run: RL from the cloned expert without Stage 1)."""
-    from seedcli.stages.common import check_model_dir
 
     if cfg.model and cfg.from_run:
         raise UserError("pass either --from RUN (an sft run) or --model DIR, not both")
@@ -144,16 +150,12 @@ def world_size(cfg: RLConfig) -> int:
 
 
 def run(cfg: RLConfig) -> Manifest:
-    from seedcli.rl.distributed import launch, torchrun_command
-    from seedcli.stages.common import make_env
-
     plan = resolve_plan(cfg)
     model_dir, source = resolve_start_model(cfg)
     world = world_size(cfg)
     env = make_env(cfg)
     if not env.list_tasks(env.resolve_split(cfg.split)):  # missing data is a UserError here, before any launch
         raise UserError(f"no {cfg.split} tasks for {env.title}; check --data-root")
-    from seedcli.stages.common import check_model_sees
 
     check_model_sees(env, model_dir, "--from" if source is not None else "--model")
     multi_node = bool(cfg.torchrun_args)
@@ -198,7 +200,6 @@ def run(cfg: RLConfig) -> Manifest:
 
 def node_rank(torchrun_args: str | None) -> int:
     """The `--node-rank` in the torchrun options (0 when absent)."""
-    import shlex
 
     args = shlex.split(torchrun_args or "")
     for i, arg in enumerate(args):
@@ -213,10 +214,6 @@ def node_rank(torchrun_args: str | None) -> int:
 def _follower_node(cfg: RLConfig, model_dir: Path, world: int) -> Manifest:
     """Nodes other than node 0 only run their ranks: node 0's rank 0 owns the run directory (on a filesystem every
     node sees) and tells the other ranks where it is."""
-    import tempfile
-
-    from seedcli.artifacts import utc_now
-    from seedcli.rl.distributed import launch, torchrun_command
 
     with tempfile.TemporaryDirectory(prefix="seed-rl-node-") as tmp:
         spec = {"config": cfg.model_dump(mode="json"), "model_dir": str(model_dir)}
@@ -243,8 +240,6 @@ def _follower_node(cfg: RLConfig, model_dir: Path, world: int) -> Manifest:
 
 def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     """The training loop on this process (rank); rank 0 writes metrics, samples, checkpoints and summary.json."""
-    from seedcli.rl import distributed as D
-    from seedcli.stages.common import make_env
 
     plan = resolve_plan(cfg)
     info = _start_rank(cfg)
@@ -293,10 +288,6 @@ class _TrainingLoop:
     timing_load: float
 
     def run(self, env) -> dict:
-        from seedcli.envs.pool import EnvPool
-        from seedcli.progress import StageProgress
-        from seedcli.rl import distributed as D
-
         ctx, cfg, info = self.ctx, self.ctx.cfg, self.ctx.info
         sample_every = cfg.sample_every or cfg.val_every or 1
         trained, finished, t_run = 0, False, time.perf_counter()
@@ -420,7 +411,6 @@ class _Rollout:
 
 def validate(ctx: RLContext, pool, games: list, step: int) -> dict:
     """Success on a fixed, type-balanced sample of validation games (ordinary prompt, no skill), one episode each."""
-    from seedcli.rl import distributed as D
 
     cfg, info = ctx.cfg, ctx.info
     ctx.models.lm.eval()

@@ -37,6 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.text import Text
+
 from seedcli.artifacts import (
     Manifest,
     atomic_write_text,
@@ -47,8 +50,11 @@ from seedcli.artifacts import (
     saved_path,
 )
 from seedcli.config import SFTConfig
-from seedcli.engines.base import check_gpus
+from seedcli.engines.base import check_gpus, is_vision_model
+from seedcli.engines.tiny import model_hash
+from seedcli.engines.vision import expand_image_tokens, load_image_processor, vision_inputs
 from seedcli.errors import UserError
+from seedcli.images import ImageStore, run_images
 from seedcli.records import SkillRecord, Trajectory, iter_jsonl, read_jsonl, write_jsonl
 from seedcli.sftdata import DataStats, Example, Expand, build_examples, kept_records, split_by_episode
 from seedcli.stages.sft_train import (  # noqa: F401 - VisionCollator: re-exported
@@ -145,9 +151,6 @@ def _effective_max_length(cfg: SFTConfig, base: Path) -> int:
 def _image_expander(base: Path, collect_dir: Path | None) -> Expand:
     """For visual skill records: expands a prompt's image-pad tokens to its images' token counts under the base
     model's image processor (the images are read from the collect run, their sha256 checked)."""
-    from seedcli.engines.base import is_vision_model
-    from seedcli.engines.vision import expand_image_tokens, load_image_processor, vision_inputs
-    from seedcli.images import run_images
 
     if not is_vision_model(base):
         raise UserError(
@@ -208,8 +211,6 @@ def _build_data(
 def show_samples(tokenizer: Any, examples: list[Example], n: int, console: Any = None) -> None:
     """Print `n` examples: the prompt dim, the tokens under the loss mask highlighted (alternating shades mark token
     boundaries) and, without colour, wrapped in ⟦ ⟧."""
-    from rich.console import Console
-    from rich.text import Text
 
     console = console or Console()
     plain = console.no_color or not console.is_terminal
@@ -285,7 +286,6 @@ def run(cfg: SFTConfig) -> Manifest:
         raise SystemExit(0)
 
     device, nproc = _resolve_device(cfg)
-    from seedcli.engines.tiny import model_hash
 
     base_hash = model_hash(base)
     with open_run("sft", cfg) as run:
@@ -367,7 +367,6 @@ def run(cfg: SFTConfig) -> Manifest:
 
 def _copy_images(collect_dir: Path | None, data_dir: Path, examples: list[Example]) -> None:
     """The images the examples show, copied once into data/images/ (the run trains without its inputs at hand)."""
-    from seedcli.images import ImageStore, run_images
 
     shas = sorted({sha for e in examples for sha in e.images})
     if shas and collect_dir is not None:

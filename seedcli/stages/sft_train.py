@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -14,9 +15,13 @@ from typing import Any
 
 from seedcli.artifacts import atomic_write_text
 from seedcli.config import SFTConfig
+from seedcli.engines.base import is_vision_model
+from seedcli.engines.vision import load_image_processor, vision_inputs
 from seedcli.errors import UserError
+from seedcli.images import ImageStore
+from seedcli.precision import compute_dtype_name
 from seedcli.records import JsonlWriter, read_jsonl, write_jsonl
-from seedcli.sftdata import Example
+from seedcli.sftdata import IGNORE_INDEX, Example
 
 LAUNCH_FILE = "launch.json"  # what the torchrun workers need: the config, the base model and the device
 
@@ -125,9 +130,6 @@ class VisionCollator:
     and mm_token_type_ids for Qwen2.5-VL's 3-D positions — the same inputs the engines score with."""
 
     def __init__(self, base: Path, image_dir: Path, pad_id: int):
-        from seedcli.engines.vision import load_image_processor
-        from seedcli.images import ImageStore
-
         self.processor = load_image_processor(base)
         self.image_token_id = int(json.loads((base / "config.json").read_text())["image_token_id"])
         self.store = ImageStore(image_dir)
@@ -135,9 +137,6 @@ class VisionCollator:
 
     def __call__(self, features: list[dict]) -> dict:
         import torch
-
-        from seedcli.engines.vision import vision_inputs
-        from seedcli.sftdata import IGNORE_INDEX
 
         width = max(len(f["input_ids"]) for f in features)
         ids = torch.full((len(features), width), self.pad_id, dtype=torch.long)
@@ -197,8 +196,6 @@ def train(run_dir: Path, cfg: SFTConfig, base: Path, device: str) -> None:
 
     on_cuda = device == "cuda"
     # fp32 master weights: lr 5e-6 updates vanish in bf16 rounding; bf16 autocast does the matmuls on GPUs
-    from seedcli.engines.base import is_vision_model
-    from seedcli.precision import compute_dtype_name
 
     if is_vision_model(base):  # a vision-language policy: the whole model (vision tower too) is saved back
         from transformers import AutoModelForImageTextToText as AutoModelForCausalLM  # noqa: N814
@@ -289,7 +286,6 @@ def _quiet_console_logs(trainer: Any) -> None:
 
 def _export(trainer: Any, tokenizer: Any, base: Path, run_dir: Path, lora: bool) -> None:
     """model/: a plain Hugging Face model in the base model's dtype, with tokenizer and chat template."""
-    import shutil
 
     from transformers import AutoConfig
 
@@ -314,7 +310,7 @@ def _export(trainer: Any, tokenizer: Any, base: Path, run_dir: Path, lora: bool)
 def _launch(run_dir: Path, cfg: SFTConfig, base: Path, device: str, nproc: int) -> None:
     """Train with `nproc` data-parallel processes under torchrun (rl's launcher, `rl.distributed`); they read their
     orders from run_dir/launch.json."""
-    from seedcli.rl.distributed import launch, torchrun_command
+    from seedcli.rl.distributed import launch, torchrun_command  # torch: kept out of the stage's import
 
     atomic_write_text(
         run_dir / LAUNCH_FILE,

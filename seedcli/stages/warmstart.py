@@ -10,8 +10,9 @@ The same as a run (a tiny base is rebuilt with the warm-start shape, `--shape ag
     seed warmstart --model runs/models/base --shape agent --games 240 --epochs 3
 A pretrained model (its own shape, a small lr, no loss on the prompt tokens) on Sokoban, from a config's section:
     seed warmstart -c method_check_tiny --model models/smollm2 --env sokoban lr=5e-5 prompt_weight=0
-The warm start trains on the CPU in this one process (one GPU or eight: not used; the demonstrations are played by
-`--workers` environment processes).
+The warm start trains on the CPU: in this process, or with `nproc=N` on N data-parallel CPU processes under torchrun,
+started by the launcher sft and rl use (`stages/warmstart_train.py`; a GPU is not used). The demonstrations are
+played by `--workers` environment processes.
 
 The demonstrator (`seedcli/stages/demos.py`) is the environment's expert playing from the first step; ALFWorld's is
 its hand-coded searching expert (EnvPool(expert="search")): it does not know where anything is and searches the
@@ -45,7 +46,6 @@ Outputs under runs/warmstart/<id>/:
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import shutil
@@ -67,11 +67,9 @@ from seedcli.engines.tiny import QWEN_VOCAB_SIZE, build_tiny_model, model_hash
 from seedcli.envs import get_env, tokenizer_texts
 from seedcli.envs.base import Environment
 from seedcli.errors import UserError
-from seedcli.precision import autocast, compute_dtype_name
+from seedcli.precision import compute_dtype_name
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION
 from seedcli.records import write_jsonl
-from seedcli.rl.batching import pack_in_order, pad_right
-from seedcli.rl.logprobs import sequence_logprobs
 from seedcli.stages.common import check_model_dir
 from seedcli.stages.demos import (
     DEMO_VERSION,
@@ -85,6 +83,7 @@ from seedcli.stages.demos import (
     log,
     usable,
 )
+from seedcli.stages.warmstart_train import train_clone, train_on_ranks
 
 # The model shape `seed model init --preset tiny --warm-start expert` trains (`--shape agent`; Qwen2Config fields
 # for build_tiny_model): 1.3M parameters with the ALFWorld BPE. On two shared CPU cores (one thread each: two threads
@@ -210,17 +209,13 @@ def clone(model_dir: Path, cfg: WarmStartConfig) -> tuple[dict, list[DemoEpisode
 
     t_train = time.time()
     compute = compute_dtype_name(cfg.dtype, "cpu")
-    curve = train_clone(
-        model,
-        examples,
-        cfg.epochs,
-        cfg.seed,
-        lr=cfg.lr,
-        batch_tokens=cfg.batch_tokens,
-        prompt_weight=cfg.prompt_weight,
-        pad_id=pad_token_id(tokenizer),
-        dtype=compute,
-    )
+    settings = {"lr": cfg.lr, "batch_tokens": cfg.batch_tokens, "prompt_weight": cfg.prompt_weight,
+                "pad_id": pad_token_id(tokenizer), "dtype": compute}  # fmt: skip
+    if cfg.nproc > 1:  # data-parallel ranks train the weights at model_dir in place
+        curve = train_on_ranks(model_dir, examples, cfg.nproc, {**settings, "epochs": cfg.epochs, "seed": cfg.seed})
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    else:
+        curve = train_clone(model, examples, cfg.epochs, cfg.seed, **settings)
     train_s = time.time() - t_train
 
     model.save_pretrained(model_dir, safe_serialization=True)
@@ -354,112 +349,6 @@ def _ensure_shape(model_dir: Path, shape: dict[str, Any] | None, seed: int) -> b
 
 
 # --------------------------------------------------------------------------------------------- training
-
-
-def batches(lengths: list[int], max_tokens: int, rng: random.Random) -> list[list[int]]:
-    """Indices grouped by similar length (little padding), at most `max_tokens` padded tokens a batch, batch order
-    shuffled: shortest first (ties in a seeded random order), packed by rl's packer (`pack_in_order`; rl's
-    `pack_by_length` takes them longest first with ties by index, which would change the batches and so the
-    weights)."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
-    packed = pack_in_order(order, lengths, max_tokens)
-    rng.shuffle(packed)
-    return packed
-
-
-def collate(examples, idx, pad_id: int, prompt_weight: float):
-    """(ids [B, T], attention mask [B, T], loss weight of predicting token t [B, T]) of the examples `idx`, right-padded
-    to the longest (`pad_right`): 1 on the response, `prompt_weight` on the prompt after its first token."""
-    ids, attn = pad_right([examples[i][0] + examples[i][1] for i in idx], pad_id)
-    weight = torch.zeros(ids.shape, dtype=torch.float32)
-    for row, i in enumerate(idx):
-        p, r = examples[i]
-        weight[row, 1 : len(p)] = prompt_weight
-        weight[row, len(p) : len(p) + len(r)] = 1.0
-    return ids, attn, weight
-
-
-def batch_loss(model, ids, attn, weight):
-    """(weighted loss, response-token NLL sum, response tokens) of one batch. Without prompt weight only the
-    response positions get logits (rl/logprobs.py: chunked, fp32), not a [B, T, vocab] tensor."""
-    resp = (weight == 1.0).float()  # [B, T]: response tokens
-    if not bool((weight[weight != 1.0] != 0).any()):
-        logp = sequence_logprobs(model, ids, attn, resp)  # [B, T] fp32, 0 off the response
-        nll_sum = -(logp * resp).sum()
-        n = resp.sum()
-        return nll_sum / n.clamp(min=1.0), float(nll_sum.detach()), float(n)
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()  # [B, T-1, V]
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [B, T-1]
-    w = weight[:, 1:]
-    resp = (w == 1.0).float()
-    loss = (nll * w).sum() / w.sum().clamp(min=1.0)
-    return loss, float((nll.detach() * resp).sum()), float(resp.sum())
-
-
-def warmup_cosine(lr: float, total: int):
-    """step -> lr: a linear warm-up over the first 5% of `total` steps, then a cosine decay to 10% of `lr`."""
-    warmup = max(1, total // 20)
-
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return lr * (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-    return lr_at
-
-
-def train_clone(
-    model,
-    examples: list,
-    epochs: int,
-    seed: int,
-    *,
-    lr: float,
-    batch_tokens: int,
-    prompt_weight: float,
-    pad_id: int,
-    dtype: str = "float32",
-) -> list[dict]:
-    """`epochs` epochs of AdamW over `examples` (prompt ids, response ids) in length-grouped batches of at most
-    `batch_tokens` padded tokens, lr with a linear warm-up and a cosine decay to 10%; returns the loss curve (one
-    entry per batch). `dtype` bfloat16: the matmuls under bf16 autocast (the weights and AdamW state stay fp32)."""
-    rng = random.Random(seed)
-    torch.manual_seed(seed)
-    lengths = [len(p) + len(r) for p, r in examples]
-    plan = [batches(lengths, batch_tokens, rng) for _ in range(epochs)]
-    total = sum(len(b) for b in plan)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    lr_at = warmup_cosine(lr, total)
-    model.train()
-    curve: list[dict] = []
-    step = 0
-    t_train = time.time()
-    for epoch in range(epochs):
-        nll_sum = tok_sum = 0.0
-        for idx in plan[epoch]:
-            ids, attn, weight = collate(examples, idx, pad_id, prompt_weight)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step)
-            with autocast(torch.bfloat16 if dtype == "bfloat16" else torch.float32, "cpu"):
-                loss, nll, ntok = batch_loss(model, ids, attn, weight)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            nll_sum += nll
-            tok_sum += ntok
-            step += 1
-            curve.append({"step": step, "epoch": epoch + 1, "response_nll": nll / max(ntok, 1.0), "loss": loss.item()})
-            if step % 20 == 0 or step == total:
-                recent = curve[-20:]
-                mean = sum(c["response_nll"] for c in recent) / len(recent)
-                log(
-                    f"epoch {epoch + 1}/{epochs} batch {step}/{total}: response NLL {mean:.3f} "
-                    f"({time.time() - t_train:.0f}s)"
-                )
-        log(f"epoch {epoch + 1} done: response NLL {nll_sum / max(tok_sum, 1.0):.3f}")
-    return curve
 
 
 # --------------------------------------------------------------------------------------------- checks

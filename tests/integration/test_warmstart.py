@@ -79,7 +79,7 @@ def test_examples_mask_and_end_like_a_generated_turn(demos, tmp_path):
     from seedcli.engines.tiny import EOS_TOKEN, build_tiny_model
     from seedcli.envs import sample_texts
     from seedcli.stages.demos import demo_examples, demo_thinks
-    from seedcli.stages.warmstart import collate
+    from seedcli.stages.warmstart_train import collate
 
     episodes, _, _ = demos
     model = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)

@@ -113,7 +113,8 @@ def test_a_weight_refresh_resets_the_encoder_cache_of_a_vl_engine(vision):
     assert names[2:] == (["reset_encoder_cache"] if vision else [])
 
 
-def test_requests_an_interrupted_rollout_left_are_aborted_before_the_next_call():
+def _interrupted_engine() -> tuple[VLLMEngine, _LLM, VLLMBatcher]:
+    """An engine whose rollout stopped with 3 batcher requests and one numbered `generate` request unfinished."""
     llm = _LLM()
     engine = _engine(False, llm)
     batcher = VLLMBatcher.__new__(VLLMBatcher)
@@ -123,13 +124,23 @@ def test_requests_an_interrupted_rollout_left_are_aborted_before_the_next_call()
         llm.llm_engine.add_request(f"seedcli-{i}", None, None)
         batcher.pending[f"seedcli-{i}"] = (i, 8)
     llm.llm_engine.add_request("7", None, None)  # an interrupted `generate` leaves a numbered one too
+    return engine, llm, batcher
+
+
+def test_requests_an_interrupted_rollout_left_are_aborted_before_the_next_call():
+    engine, llm, batcher = _interrupted_engine()
     assert engine.drop_unfinished() == 4
     assert llm.calls == [("abort", ["7", "seedcli-0", "seedcli-1", "seedcli-2"])]
     assert not batcher.pending and not llm.llm_engine.has_unfinished_requests()
-    llm.calls.clear()
+
+
+def test_the_next_generate_after_an_interrupted_rollout_runs_nothing_stale():
+    pytest.importorskip("vllm")  # generate builds vLLM's TokensPrompt
+    engine, llm, _ = _interrupted_engine()
     engine.sampling_params = lambda *a: None
     engine.generate([[1, 2, 3]], temperature=0.0, max_new_tokens=4, seed=0)
-    assert llm.calls == [("generate", [])]  # nothing stale ran (its int(request_id) sort would fail on seedcli-N)
+    assert llm.calls == [("abort", ["7", "seedcli-0", "seedcli-1", "seedcli-2"]), ("generate", [])]
+    # nothing stale ran (vLLM's int(request_id) sort would fail on seedcli-N)
 
 
 def test_a_prompt_over_max_model_len_is_one_line_error_before_vllm_sees_it():

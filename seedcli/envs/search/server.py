@@ -7,11 +7,12 @@ one machine can host retrieval for many rollout workers (FastAPI + uvicorn).
 """
 
 # no `from __future__ import annotations`: FastAPI must see the request model as a class, not a string
+import socket
 import threading
 from pathlib import Path
 from typing import Any
 
-from seedcli.envs.search.retriever import TOPK, Retriever
+from seedcli.envs.search.retriever import TOPK, BM25Retriever, Retriever
 from seedcli.errors import UserError
 
 
@@ -54,11 +55,8 @@ def serve(
     corpus: str | Path, host: str = "127.0.0.1", port: int = 8000, topk: int = TOPK, log_level: str = "warning"
 ) -> None:
     """Index `corpus` with BM25 and serve it until interrupted."""
-    import socket
 
     import uvicorn
-
-    from seedcli.envs.search.retriever import BM25Retriever
 
     if not 1 <= port <= 65535:
         raise UserError(f"--port {port}: a TCP port is 1-65535; pick a free one such as 8000")

@@ -16,6 +16,7 @@ file is several GB), then processed exactly as `load_products` does.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import logging
@@ -453,7 +454,6 @@ def _check_nouns(products: list[dict[str, Any]], nouns: dict[str, list[str]], no
     missing = sum(p["name"] not in nouns for p in products)
     if not missing:
         return
-    import importlib.util
 
     if importlib.util.find_spec("en_core_web_sm") is None:
         raise UserError(
