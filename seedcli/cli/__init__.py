@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from seedcli.cli.common import cli_errors, crash_log, err_console, fail, unexpected  # noqa: F401 - re-exported
-from seedcli.cli.model import _warm_start_config, model_app, retriever_app  # noqa: F401 - re-exported
+from seedcli.cli.common import cli_errors, err_console
+from seedcli.cli.model import model_app, retriever_app
 from seedcli.config import STAGE_CONFIGS, build_config, to_yaml
 from seedcli.errors import UserError
 
@@ -30,7 +30,7 @@ app = typer.Typer(
     help="SEED: GRPO + self-evolving on-policy distillation for LLM agents on ALFWorld, WebShop, Search-QA, "
     "Sokoban and EZPoints (`seed envs` describes each environment, its data and options).",
 )
-# `seed model` and `seed retriever` live in cli/model.py; `_warm_start_config` is re-exported for its tests
+# `seed model` and `seed retriever` live in cli/model.py
 app.add_typer(model_app, name="model")
 app.add_typer(retriever_app, name="retriever")
 

@@ -36,7 +36,7 @@ from seedcli.engines.base import (
     vision_pad_ids,
 )
 from seedcli.engines.vision import fit_image, load_image_processor, pixel_bounds, request_tokens, with_max_pixels
-from seedcli.engines.vllm_weights import vllm_checksums, vllm_name  # noqa: F401 - re-exported
+from seedcli.engines.vllm_weights import vllm_checksums
 from seedcli.errors import UserError
 from seedcli.precision import compute_dtype_name
 

@@ -57,8 +57,7 @@ from seedcli.errors import UserError
 from seedcli.images import ImageStore, run_images
 from seedcli.records import SkillRecord, Trajectory, iter_jsonl, read_jsonl, write_jsonl
 from seedcli.sftdata import DataStats, Example, Expand, build_examples, kept_records, split_by_episode
-from seedcli.stages.sft_train import (  # noqa: F401 - VisionCollator: re-exported
-    VisionCollator,
+from seedcli.stages.sft_train import (
     _launch,
     _load_tokenizer,
     train,

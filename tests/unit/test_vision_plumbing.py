@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from seedcli.engines.base import content_parts, count_placeholders, is_vision_model
-from seedcli.engines.vllm import vllm_checksums, vllm_name
+from seedcli.engines.vllm_weights import vllm_checksums, vllm_name
 from seedcli.rl.weight_sync import names_for_config, trainer_checksums
 
 torch.set_num_threads(2)

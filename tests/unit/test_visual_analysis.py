@@ -163,7 +163,7 @@ def test_sft_collates_visual_examples_with_their_images(tmp_path):
     from seedcli.engines.vision import build_tiny_vl_model, expand_image_tokens, load_image_processor, vision_inputs
     from seedcli.envs import template_texts
     from seedcli.sftdata import Example, encode
-    from seedcli.stages.sft import VisionCollator
+    from seedcli.stages.sft_train import VisionCollator
 
     model_dir = build_tiny_vl_model(tmp_path / "vl", corpus=template_texts())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from seedcli.artifacts import model_run, open_run, read_manifest
-from seedcli.cli import _warm_start_config, app
+from seedcli.cli import app
+from seedcli.cli.model import _warm_start_config
 from seedcli.config import STAGE_CONFIGS, WarmStartConfig, build_config
 from seedcli.errors import UserError
 
