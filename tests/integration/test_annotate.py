@@ -381,12 +381,12 @@ def test_policy_analyzer_through_an_engine(collect_run, monkeypatch, tmp_path):
     assert all(p.kept for p in parsed) and len(FakeEngine.calls) == 2
     assert FakeEngine.calls[1] == sum(p.attempts == 2 for p in parsed) > 0
 
-    import seedcli.engines
+    import seedcli.analyzers.policy
 
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
-    monkeypatch.setattr(seedcli.engines, "load_engine", lambda kind, path, **kw: FakeEngine(), raising=False)
+    monkeypatch.setattr(seedcli.analyzers.policy, "load_engine", lambda kind, path, **kw: FakeEngine())
     FakeEngine.calls = []
     manifest = annotate.run(AnnotateConfig(analyzer="policy", model=str(model_dir), runs_dir=str(runs), concurrency=8))
     skills, _ = assert_one_record_per_trajectory(runs / "annotate" / manifest.run_id, trajs)
