@@ -37,6 +37,20 @@ PROMPT = (
 )
 
 
+def slow_bf16(fp32_peak: float, bf16_peak: float, flags: tuple[str, ...]) -> str | None:
+    """The one line that stops the bench where bf16 has no fast path (a CPU without `amx_bf16` / `avx512_bf16`
+    whose bf16 matmul runs below a quarter of fp32's: its bf16 rows would take hours; on an AVX2 EPYC, bf16 below
+    0.005 against fp32's 0.18 TFLOPS, 38 minutes did not finish the first of them), else None."""
+    if flags or bf16_peak >= fp32_peak / 4:
+        return None
+    return (
+        f"bf16 has no fast path on this CPU (no amx_bf16 or avx512_bf16; matmul {bf16_peak / 1e12:.3f} against "
+        f"fp32's {fp32_peak / 1e12:.2f} TFLOPS, {bf16_peak / fp32_peak:.3f}x): seedcli's dtype auto is fp32 here, "
+        "so there is nothing to compare; run the bench on a CPU with those flags, or pass --force to measure the "
+        "bf16 rows anyway (hours)"
+    )
+
+
 def best_of(fn, reps: int) -> float:
     """The fastest of `reps` timed calls after one warm-up (the least disturbed by other work on shared cores)."""
     fn()
@@ -142,6 +156,9 @@ def main() -> None:
     ap.add_argument("--gen-tokens", type=int, default=32)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--no-vllm", action="store_true")
+    ap.add_argument(
+        "--force", action="store_true", help="measure the bf16 rows even where bf16 matmuls have no fast path (hours)"
+    )
     args = ap.parse_args()
 
     import torch
@@ -158,6 +175,11 @@ def main() -> None:
     config = AutoModelForCausalLM.from_pretrained(args.model).config
     print(f"model {args.model}  threads {args.threads}  bf16 flags {', '.join(cpu_bf16_flags()) or 'none'}")
 
+    if not args.force:  # a 512² probe first: without a bf16 fast path one 4096² bf16 matmul takes minutes
+        probe = {"fp32": matmul_peak(torch.float32, n=512, reps=2), "bf16": matmul_peak(torch.bfloat16, n=512, reps=2)}
+        if why := slow_bf16(probe["fp32"], probe["bf16"], cpu_bf16_flags()):
+            print(why, file=sys.stderr)
+            sys.exit(2)
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     print(f"matmul peak (4096²): fp32 {peak['fp32'] / 1e12:.2f} TFLOPS, bf16 {peak['bf16'] / 1e12:.2f} TFLOPS")
 

@@ -28,6 +28,7 @@ from seedcli.stages.demos import log
 
 LAUNCH_FILE = "launch.json"
 CURVE_FILE = "curve.json"
+PROGRESS_EVERY_S = 60.0  # a progress line at least this often (a CPU batch of 8k tokens takes ~30 s)
 
 
 def batches(lengths: list[int], max_tokens: int, rng: random.Random) -> list[list[int]]:
@@ -131,7 +132,7 @@ def train_clone(
     model.train()
     curve: list[dict] = []
     step = 0
-    t_train = time.time()
+    t_train = t_logged = time.time()
     for epoch in range(epochs):
         nll_sum = tok_sum = 0.0
         for idx in plan[epoch]:
@@ -149,12 +150,15 @@ def train_clone(
             tok_sum += ntok
             step += 1
             curve.append({"step": step, "epoch": epoch + 1, "response_nll": nll / max(ntok, 1.0), "loss": loss})
-            if rank == 0 and (step % 20 == 0 or step == total):
+            now = time.time()
+            if rank == 0 and (step % 20 == 0 or step == total or now - t_logged >= PROGRESS_EVERY_S):
+                t_logged = now
                 recent = curve[-20:]
                 mean = sum(c["response_nll"] for c in recent) / len(recent)
+                eta = (now - t_train) / step * (total - step)
                 log(
                     f"epoch {epoch + 1}/{epochs} batch {step}/{total}: response NLL {mean:.3f} "
-                    f"({time.time() - t_train:.0f}s)"
+                    f"({now - t_train:.0f}s, ~{eta:.0f}s left)"
                 )
         if rank == 0:
             log(f"epoch {epoch + 1} done: response NLL {nll_sum / max(tok_sum, 1.0):.3f}")
