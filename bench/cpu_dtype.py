@@ -173,11 +173,12 @@ def main() -> None:
         args.model = cached_preset("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     config = AutoModelForCausalLM.from_pretrained(args.model).config
-    print(f"model {args.model}  threads {args.threads}  bf16 flags {', '.join(cpu_bf16_flags()) or 'none'}")
+    flags = cpu_bf16_flags()
+    print(f"model {args.model}  threads {args.threads}  bf16 flags {', '.join(flags) or 'none'}")
 
     if not args.force:  # a 512² probe first: without a bf16 fast path one 4096² bf16 matmul takes minutes
         probe = {"fp32": matmul_peak(torch.float32, n=512, reps=2), "bf16": matmul_peak(torch.bfloat16, n=512, reps=2)}
-        if why := slow_bf16(probe["fp32"], probe["bf16"], cpu_bf16_flags()):
+        if why := slow_bf16(probe["fp32"], probe["bf16"], flags):
             print(why, file=sys.stderr)
             sys.exit(2)
     peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}

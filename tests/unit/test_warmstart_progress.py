@@ -6,23 +6,9 @@ from __future__ import annotations
 import re
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from seedcli.stages import warmstart_train
-
-
-def _model():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=32,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-    )
-    return LlamaForCausalLM(cfg)
+from tests.helpers_models import tiny_lm
 
 
 def _batch_lines(err: str) -> list[str]:
@@ -33,7 +19,9 @@ def test_a_progress_line_at_least_every_interval(monkeypatch, capsys):
     torch.set_num_threads(1)
     examples = [([1, 2, 3, 4], [5, 6]) for _ in range(6)]  # 6 tokens each, 2 a batch of 12: 3 batches
     monkeypatch.setattr(warmstart_train, "PROGRESS_EVERY_S", 0.0)
-    curve = warmstart_train.train_clone(_model(), examples, 1, 0, lr=1e-3, batch_tokens=12, prompt_weight=0.0, pad_id=0)
+    curve = warmstart_train.train_clone(
+        tiny_lm(), examples, 1, 0, lr=1e-3, batch_tokens=12, prompt_weight=0.0, pad_id=0
+    )
     lines = _batch_lines(capsys.readouterr().err)
     assert len(curve) == 3
     assert [int(re.search(r"batch (\d+)/3", line).group(1)) for line in lines] == [1, 2, 3]
@@ -45,6 +33,6 @@ def test_only_the_last_batch_within_the_interval(monkeypatch, capsys):
     torch.set_num_threads(1)
     examples = [([1, 2, 3, 4], [5, 6]) for _ in range(6)]
     monkeypatch.setattr(warmstart_train, "PROGRESS_EVERY_S", 3600.0)
-    warmstart_train.train_clone(_model(), examples, 1, 0, lr=1e-3, batch_tokens=12, prompt_weight=0.0, pad_id=0)
+    warmstart_train.train_clone(tiny_lm(), examples, 1, 0, lr=1e-3, batch_tokens=12, prompt_weight=0.0, pad_id=0)
     lines = _batch_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "batch 3/3" in lines[0]
