@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -13,14 +14,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 class StageProgress:
     """`with StageProgress("collect", total) as p: p.advance(1, success=0.3)`; extra fields show beside the bar."""
 
-    def __init__(self, label: str, total: int, enabled: bool = True, every_s: float = 30.0):
+    def __init__(self, label: str, total: int, enabled: bool = True, every_s: float | None = None):
         self.label = label
         self.total = total
         self.done = 0
         self.fields: dict[str, Any] = {}
         self.enabled = enabled
         self.tty = sys.stderr.isatty()
-        self._every = every_s
+        # plain lines at most this often (off a terminal); $SEEDCLI_PROGRESS_S sets it for every stage
+        self._every = every_s if every_s is not None else float(os.environ.get("SEEDCLI_PROGRESS_S") or 30.0)
         self._last = 0.0
         self._t0 = time.time()
         self._progress: Progress | None = None
@@ -45,6 +47,8 @@ class StageProgress:
     def _info(self) -> str:
         parts = []
         for k, v in self.fields.items():
+            if v is None:  # a field cleared (rl's `now` between updates)
+                continue
             parts.append(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}")
         return " ".join(parts)
 

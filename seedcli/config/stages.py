@@ -32,6 +32,12 @@ class RolloutConfig(StageConfig):
     model: str | None = Field(None, description="policy model directory (Hugging Face format)")
     engine: Literal["hf", "vllm"] = Field("hf", description="generation back end: transformers or vLLM")
     device: str = _nohash("device for the hf engine: auto | cpu | cuda", "auto")
+    prefix_cache_mb: int = _nohash(
+        "hf engine: MB of prompts' key/value states kept for reuse, so a prompt that begins like an earlier one "
+        "prefills only its new tail (0 = off; vLLM caches prefixes itself)",
+        1024,
+        ge=0,
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = _dtype_field("the policy (engine, re-scoring, trainer)")
     _check_dtype = field_validator("dtype", mode="before")(_dtype_value)
     max_steps: int = Field(

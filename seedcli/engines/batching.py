@@ -13,7 +13,9 @@ completion depends on its prompt and seed alone: it draws from its own generator
 
 The batch keeps one key/value cache, left-padded: a joining request is prefilled on its own rows and spliced in
 (the shorter side padded on the left, masked); a leaving request's rows are dropped, and columns that are padding
-for every row are trimmed. Text models only: a vision-language model's M-RoPE offsets are per prefill, so the
+for every row are trimmed. Its layers append in place (`kv_cache.py`). With a prefix store (`prefix_cache.py`,
+the engine's `prefix_cache_mb`) a joining prompt prefills only what follows its longest stored prefix: the stored
+states sit before its tail in the same row, the gap between them masked. Text models only: a vision-language model's M-RoPE offsets are per prefill, so the
 rollout sends its requests to `generate` as they become ready instead.
 """
 
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seedcli.engines.base import Completion, completion_text
+from seedcli.engines.kv_cache import new_cache
+from seedcli.engines.prefix_cache import PrefixStore, shared_prefixes
 
 
 @dataclass
@@ -43,11 +47,17 @@ class ContinuousBatcher:
     settings (a rollout turn samples, an analysis is greedy). `steps` counts decode iterations (a step decodes one
     token for every running request), the hardware-independent cost of a rollout."""
 
-    def __init__(self, engine: Any, *, max_rows: int):
+    def __init__(self, engine: Any, *, max_rows: int, prefix_cache_bytes: int = 0):
         if engine.vision:
             raise ValueError("continuous batching is for text models; a vision-language model uses generate")
         self.engine = engine
         self.max_rows = max_rows
+        # prompts' key/value states for reuse (seedcli.engines.prefix_cache); off for models whose cache is not
+        # plain full attention (a sliding window drops what a stored prefix would need)
+        self.store = PrefixStore(prefix_cache_bytes) if prefix_cache_bytes > 0 and _plain_cache(engine) else None
+        self.weights_version = getattr(engine, "weights_version", 0)
+        self.prompt_tokens = 0  # prompt tokens admitted
+        self.prefill_tokens = 0  # of them, those run through a forward (the rest came from the prefix cache)
         self.waiting: list[_Row] = []
         self.rows: list[_Row] = []
         self.cache: Any = None
@@ -151,25 +161,77 @@ class ContinuousBatcher:
         if free <= 0 or not self.waiting:
             return
         joining, self.waiting = self.waiting[:free], self.waiting[free:]
-        ids, mask = self.engine._left_pad([row.prompt for row in joining])
-        cache, logits = self._forward(ids, mask, None, prefill=True)
+        cache, mask, logits = self._prefill([row.prompt for row in joining])
         if not self.rows:
             self.cache, self.mask, self.logits, self.rows = cache, mask, logits, joining
             return
         self._splice(cache, mask, logits, joining)
 
-    def _forward(self, ids: Any, mask: Any, cache: Any, prefill: bool) -> tuple[Any, Any]:
-        from transformers import DynamicCache
+    def _prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any]:
+        """(cache, mask, next-token logits) of `prompts`, left-padded; through the prefix cache when there is one:
+        first the prefixes several prompts share, once each, then every prompt from its longest stored prefix."""
+        self.prompt_tokens += sum(len(p) for p in prompts)
+        if self.store is None:
+            ids, mask = self.engine._left_pad(prompts)
+            self.prefill_tokens += int(mask.sum())
+            cache, logits = self._forward(ids, mask, None)
+            return cache, mask, logits
+        version = getattr(self.engine, "weights_version", 0)
+        if version != self.weights_version:  # new weights: every stored state is stale
+            self.store.clear()
+            self.weights_version = version
+        for prefix in shared_prefixes(prompts, self.store):
+            self._prefill_stored([prefix])
+        return self._prefill_stored(prompts)
 
+    def _prefill_stored(self, prompts: list[list[int]]) -> tuple[Any, Any, Any]:
+        """Prefill each prompt's tail after its longest stored prefix (the stored states placed before it, left-
+        padded, the gap masked), then store every prompt's states."""
+        import torch
+
+        matches = [self.store.match(p) for p in prompts]
+        width = max(n for n, _ in matches)
+        ids, mask = self.engine._left_pad([p[n:] for p, (n, _) in zip(prompts, matches, strict=True)])
+        self.prefill_tokens += int(mask.sum())
+        cache = None
+        if width:
+            sample = next(entry for n, entry in matches if n).layers
+            past_mask = torch.zeros((len(prompts), width), dtype=mask.dtype, device=mask.device)
+            layers = []
+            for layer, (k0, v0) in enumerate(sample):
+                keys = k0.new_zeros((len(prompts), k0.shape[0], width, k0.shape[2]))
+                values = v0.new_zeros((len(prompts), v0.shape[0], width, v0.shape[2]))
+                for row, (n, entry) in enumerate(matches):
+                    if n:
+                        keys[row, :, width - n :] = entry.layers[layer][0][:, :n]
+                        values[row, :, width - n :] = entry.layers[layer][1][:, :n]
+                layers.append((keys, values))
+            for row, (n, _) in enumerate(matches):
+                if n:
+                    past_mask[row, width - n :] = 1
+            cache = new_cache(self.engine.model.config, layers)
+            mask = torch.cat([past_mask, mask], dim=-1)
+        cache, logits = self._forward(ids, mask, cache)
+        for row, prompt in enumerate(prompts):
+            columns = mask[row].nonzero().squeeze(-1)
+            self.store.add(
+                prompt,
+                [
+                    (layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns))
+                    for layer in cache.layers
+                ],
+            )
+        return cache, mask, logits
+
+    def _forward(self, ids: Any, mask: Any, cache: Any) -> tuple[Any, Any]:
+        """One forward of `ids` (the last columns of `mask`) after `cache` (the columns before them)."""
         positions = mask.cumsum(-1) - 1
-        positions = positions.masked_fill(mask == 0, 1)
-        if not prefill:
-            positions = positions[:, -1:]
+        positions = positions.masked_fill(mask == 0, 1)[:, -ids.shape[1] :]
         out = self.engine.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache if cache is not None else DynamicCache(config=self.engine.model.config),
+            past_key_values=cache if cache is not None else new_cache(self.engine.model.config),
             use_cache=True,
             logits_to_keep=1,
         )
@@ -180,7 +242,7 @@ class ContinuousBatcher:
 
         ids = torch.tensor(tokens, dtype=torch.long, device=self.engine.device).unsqueeze(-1)
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=-1)
-        self.cache, self.logits = self._forward(ids, self.mask, self.cache, prefill=False)
+        self.cache, self.logits = self._forward(ids, self.mask, self.cache)
 
     def _splice(self, cache: Any, mask: Any, logits: Any, joining: list[_Row]) -> None:
         """The running batch and the prefilled newcomers in one cache, aligned on the right."""
@@ -221,6 +283,15 @@ class ContinuousBatcher:
         for layer in self.cache.layers:
             layer.keys = layer.keys.index_select(0, index)[:, :, first:]
             layer.values = layer.values.index_select(0, index)[:, :, first:]
+
+
+def _plain_cache(engine: Any) -> bool:
+    """Whether the model's cache is plain full attention (every layer a DynamicLayer), which a stored prefix fits."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    layers = DynamicCache(config=engine.model.config).layers
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 def race_choice(scores, generators: list, temperature: float, top_p: float):

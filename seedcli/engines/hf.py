@@ -40,6 +40,7 @@ class HFEngine:
         seed: int = 0,
         max_batch: int = 16,
         attn_implementation: str = "sdpa",
+        prefix_cache_mb: int = 1024,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -48,6 +49,9 @@ class HFEngine:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.device = torch.device(_resolve_device(device))
         self.max_batch = max_batch
+        # continuous batching keeps prompts' key/value states for reuse, up to this much (0: off)
+        self.prefix_cache_bytes = int(prefix_cache_mb) << 20
+        self.weights_version = 0  # bumped by update_weights: a batcher's stored prompt states are then stale
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.vision = is_vision_model(model_dir)
         model_class = AutoModelForCausalLM
@@ -277,9 +281,10 @@ class HFEngine:
 
     def batcher(self) -> Any:
         """A continuous batcher over this engine (`seedcli.engines.batching`; text models): up to `max_batch`
-        requests decode together, each leaving when it is done."""
+        requests decode together, each leaving when it is done; prompts that begin like earlier ones prefill only
+        their new tail (`seedcli.engines.prefix_cache`)."""
 
-        return ContinuousBatcher(self, max_rows=self.max_batch)
+        return ContinuousBatcher(self, max_rows=self.max_batch, prefix_cache_bytes=self.prefix_cache_bytes)
 
     def update_weights(self, state_dict_or_model: Any) -> None:
         """Copy weights in place from a state dict (Hugging Face names) or a model; tied lm_head may be absent."""
@@ -292,6 +297,7 @@ class HFEngine:
         )
         with torch.no_grad():
             missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+        self.weights_version += 1
         if getattr(self.model.config, "tie_word_embeddings", False):
             missing = [name for name in missing if name != "lm_head.weight"]
         if missing or unexpected:

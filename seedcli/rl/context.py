@@ -254,7 +254,10 @@ def load_rollout_engine(
     meta = {"engine": cfg.engine, "model_id": str(model_dir), "model_hash": model_hash(model_dir), "policy": "model"}
     if cfg.engine != "vllm":
         device = str(info.device) if info.fsdp else cfg.device
-        return load_engine("hf", model_dir, device=device, dtype=cfg.dtype, seed=cfg.seed), meta
+        engine = load_engine(
+            "hf", model_dir, device=device, dtype=cfg.dtype, seed=cfg.seed, prefix_cache_mb=cfg.prefix_cache_mb
+        )
+        return engine, meta
 
     return load_engine("vllm", model_dir, **vllm_engine_kwargs(cfg, model_dir, info, frame_size)), meta
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -29,13 +29,16 @@ GIB = 1024**3
 class PhaseLog:
     """Seconds per phase (`timing_s/<phase>`) and, on CUDA, GPU memory at each phase's end (`mem/<phase>/...`)."""
 
-    def __init__(self, info) -> None:
+    def __init__(self, info, on_phase: Callable[[str], None] | None = None) -> None:
         self.info = info
         self.timing: dict[str, float] = {}
         self.mem: dict[str, float] = {}
+        self.on_phase = on_phase  # told each phase's name as it begins (the stage's progress line)
 
     @contextlib.contextmanager
     def timed(self, phase: str) -> Iterator[None]:
+        if self.on_phase is not None:
+            self.on_phase(phase)
         t0 = time.perf_counter()
         yield
         self.timing[phase] = time.perf_counter() - t0

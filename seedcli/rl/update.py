@@ -35,7 +35,8 @@ class Rollout(Protocol):
 
     def play(self, games: list, step: int, followups: Any) -> list:
         """This rank's episodes of update `step`: its share of `games`, `group` times each, played by π_old;
-        `followups` (an `in_rollout_analysis`, or None) analyses each episode the moment it ends."""
+        `followups` (an `in_rollout_analysis`, or None) analyses each episode the moment it ends. A rollout may
+        also have `phase(step, name)`, told as each phase of the update begins (the stage's progress line)."""
         ...
 
     def summary(self, episodes: Sequence) -> dict:
@@ -51,7 +52,8 @@ def update(ctx: RLContext, rollout: Rollout, sampler: Any, step: int, want_sampl
     # (then no teacher pass either)
     retired_at = ctx.retirement.retired_at if ctx.retirement is not None else None
     weights = loss_weights(cfg, ctx.plan, step, retired_at)
-    log = PhaseLog(info)
+    phase = getattr(rollout, "phase", None)
+    log = PhaseLog(info, on_phase=(lambda name: phase(step, name)) if phase is not None else None)
     with log.timed("rollout"):  # 1. π_old plays this rank's share of the games, `group` times each
         games = sampler.next_batch()
         followups = in_rollout_analysis(ctx, step, ctx.base_settings.rollout)

@@ -299,12 +299,16 @@ class _TrainingLoop:
                 progress.advance(self.start_step)
                 # before any update: a broken engine fails now, not after an hour of rollouts
                 ctx.sync.prove_start(self.start_step)
-                rollout = _Rollout(ctx, pool)
+                rollout = _Rollout(ctx, pool, progress)
                 for step in range(self.start_step + 1, cfg.steps + 1):
                     record = self.step(rollout, step, want_sample=step % sample_every == 0)
                     trained += 1
                     progress.advance(
-                        1, reward=record["reward/mean"], success=record["rollout/success_rate"], opd=record["opd/loss"]
+                        1,
+                        reward=record["reward/mean"],
+                        success=record["rollout/success_rate"],
+                        opd=record["opd/loss"],
+                        now=None,
                     )
             summary = _write_summary(cfg, info, self.run_dir, self.start_step, trained, t_run) if info.is_main else {}
             if trained == 0:
@@ -385,6 +389,11 @@ class _Rollout:
 
     ctx: RLContext
     pool: Any
+    progress: Any = None  # a StageProgress: the update's phase and its rollout's finished episodes beside the bar
+
+    def phase(self, step: int, name: str) -> None:
+        if self.progress is not None:
+            self.progress.update(now=f"update {step}: {name}")
 
     def play(self, games: list, step: int, followups: Any) -> list:
         """This rank's episodes of the update: its share of `games`, `group` times each, played by π_old."""
@@ -401,7 +410,14 @@ class _Rollout:
         mine: list = []
         meta = {**ctx.meta, "model_hash": f"{ctx.meta.get('model_hash', '')[:16]}+update{step - 1}"}
         policy = ModelPolicy(ctx.engine, settings, cfg.gen_batch)
-        play_episodes(specs, policy, self.pool, settings, meta, mine.append, images=ctx.images, followups=followups)
+
+        def done(trajectory) -> None:
+            mine.append(trajectory)
+            if self.progress is not None:
+                won = sum(t.won for t in mine)
+                self.progress.update(now=f"update {step}: rollout {len(mine)}/{len(specs)} episodes, {won} won")
+
+        play_episodes(specs, policy, self.pool, settings, meta, done, images=ctx.images, followups=followups)
         return mine
 
     def summary(self, episodes) -> dict:

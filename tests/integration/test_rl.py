@@ -126,8 +126,12 @@ def test_seed_with_static_skills(seed_run):
     assert "skill:" in shown.stdout and "mean shift" in shown.stdout and "update 2" in shown.stdout
 
 
-def test_grpo_skips_analyzer_and_teacher(model, tmp_path):
-    seed_rl(tmp_path, model, "--algo", "grpo")
+def test_grpo_skips_analyzer_and_teacher(model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SEEDCLI_PROGRESS_S", "0")  # a progress line at every change
+    proc = seed_rl(tmp_path, model, "--algo", "grpo")
+    # inside an update the line names its phase and the rollout's finished episodes
+    for shown in ("now=update 1: rollout 1/4 episodes", "now=update 1: rollout 4/4 episodes", "now=update 2: rescore"):
+        assert shown in proc.stderr, proc.stderr[-3000:]
     records = metrics(run_dir(tmp_path))
     assert [r["step"] for r in records] == [1, 2]
     for r in records:
