@@ -146,13 +146,7 @@ def same(a: dict, b: dict) -> tuple[int, int]:
     """(identical, total): episodes with the same tokens (log-probs within 1e-4) and the same analysis answer."""
     k = 0
     for eid, ta in a["episodes"].items():
-        tb = b["episodes"].get(eid)
-        ok = tb is not None and [t.response_ids for t in ta.turns] == [t.response_ids for t in tb.turns]
-        ok = ok and all(
-            max((abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)), default=0) < 1e-4
-            for x, y in zip(ta.turns, tb.turns, strict=True)
-        )
-        ok = ok and a["analysis"][eid].raw == b["analysis"][eid].raw
+        ok = ta.same_play(b["episodes"].get(eid)) and a["analysis"][eid].raw == b["analysis"][eid].raw
         k += ok
     return k, len(a["episodes"])
 

@@ -121,6 +121,17 @@ class Trajectory(BaseModel):
         """Schema-1 name of `task_id` (ALFWorld)."""
         return self.task_id
 
+    def same_play(self, other: Trajectory | None, tol: float = 1e-4) -> bool:
+        """Whether `other` played the same replies: the same tokens every turn, log-probs within `tol` (the benches'
+        check that two schedules or two engine settings served the same work)."""
+        if other is None or len(self.turns) != len(other.turns):
+            return False
+        return all(
+            a.response_ids == b.response_ids
+            and max((abs(p - q) for p, q in zip(a.logprobs, b.logprobs, strict=True)), default=0.0) < tol
+            for a, b in zip(self.turns, other.turns, strict=True)
+        )
+
 
 class SkillRecord(BaseModel):
     """A hindsight skill written for one trajectory (kept), or the reason it was rejected."""

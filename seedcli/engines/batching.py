@@ -13,7 +13,7 @@ completion depends on its prompt and seed alone: it draws from its own generator
 
 The batch keeps one key/value cache, left-padded: a joining request is prefilled on its own rows and spliced in
 (the shorter side padded on the left, masked); a leaving request's rows are dropped, and columns that are padding
-for every row are trimmed. Its layers append in place (`kv_cache.py`). With a prefix store (`prefix_cache.py`,
+for every row are trimmed. With a prefix store (`prefix_cache.py`,
 the engine's `prefix_cache_mb`) a joining prompt prefills only what follows its longest stored prefix: the stored
 states sit before its tail in the same row, the gap between them masked. Text models only: a vision-language model's M-RoPE offsets are per prefill, so the
 rollout sends its requests to `generate` as they become ready instead.
@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seedcli.engines.base import Completion, completion_text
-from seedcli.engines.kv_cache import new_cache
 from seedcli.engines.prefix_cache import PrefixStore, shared_prefixes
 
 
@@ -188,6 +187,7 @@ class ContinuousBatcher:
         """Prefill each prompt's tail after its longest stored prefix (the stored states placed before it, left-
         padded, the gap masked), then store every prompt's states."""
         import torch
+        from transformers import DynamicCache
 
         matches = [self.store.match(p) for p in prompts]
         width = max(n for n, _ in matches)
@@ -209,7 +209,7 @@ class ContinuousBatcher:
             for row, (n, _) in enumerate(matches):
                 if n:
                     past_mask[row, width - n :] = 1
-            cache = new_cache(self.engine.model.config, layers)
+            cache = DynamicCache(ddp_cache_data=layers, config=self.engine.model.config)
             mask = torch.cat([past_mask, mask], dim=-1)
         cache, logits = self._forward(ids, mask, cache)
         for row, prompt in enumerate(prompts):
@@ -225,13 +225,15 @@ class ContinuousBatcher:
 
     def _forward(self, ids: Any, mask: Any, cache: Any) -> tuple[Any, Any]:
         """One forward of `ids` (the last columns of `mask`) after `cache` (the columns before them)."""
+        from transformers import DynamicCache
+
         positions = mask.cumsum(-1) - 1
         positions = positions.masked_fill(mask == 0, 1)[:, -ids.shape[1] :]
         out = self.engine.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache if cache is not None else new_cache(self.engine.model.config),
+            past_key_values=cache if cache is not None else DynamicCache(config=self.engine.model.config),
             use_cache=True,
             logits_to_keep=1,
         )

@@ -75,3 +75,19 @@ def test_a_newer_record_schema_is_refused_in_one_line(tmp_path):
 
     with pytest.raises(UserError, match=r"trajectories.jsonl:1: .*record schema 3 is newer than this seedcli's \(2\)"):
         read_jsonl(path, Trajectory)
+
+
+def test_same_play_compares_reply_tokens_and_log_probs():
+    from seedcli.records import Trajectory, Turn
+
+    def episode(*turns) -> Trajectory:  # only the replies matter here
+        return Trajectory.model_construct(
+            turns=[Turn.model_construct(response_ids=ids, logprobs=lp) for ids, lp in turns]
+        )
+
+    a = episode(([1, 2], [-0.5, -1.0]), ([3], [-0.1]))
+    assert a.same_play(episode(([1, 2], [-0.50001, -1.0]), ([3], [-0.1])))  # float noise
+    assert not a.same_play(episode(([1, 2], [-0.5, -1.0]), ([4], [-0.1])))  # another token
+    assert not a.same_play(episode(([1, 2], [-0.5, -1.1]), ([3], [-0.1])))  # another log-prob
+    assert not a.same_play(episode(([1, 2], [-0.5, -1.0])))  # a turn fewer
+    assert not a.same_play(None)
