@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from seedcli.errors import UserError
+
 
 class StageProgress:
     """`with StageProgress("collect", total) as p: p.advance(1, success=0.3)`; extra fields show beside the bar."""
@@ -22,7 +24,7 @@ class StageProgress:
         self.enabled = enabled
         self.tty = sys.stderr.isatty()
         # plain lines at most this often (off a terminal); $SEEDCLI_PROGRESS_S sets it for every stage
-        self._every = every_s if every_s is not None else float(os.environ.get("SEEDCLI_PROGRESS_S") or 30.0)
+        self._every = every_s if every_s is not None else _env_interval()
         self._last = 0.0
         self._t0 = time.time()
         self._progress: Progress | None = None
@@ -72,3 +74,17 @@ class StageProgress:
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def _env_interval(default: float = 30.0) -> float:
+    """Seconds between plain progress lines from $SEEDCLI_PROGRESS_S (unset or empty: `default`)."""
+    text = os.environ.get("SEEDCLI_PROGRESS_S", "").strip()
+    if not text:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also NaN
+        raise UserError(f"SEEDCLI_PROGRESS_S={text!r} is not a number of seconds >= 0: set it to e.g. 10, or unset it")
+    return seconds

@@ -13,10 +13,10 @@ completion depends on its prompt and seed alone: it draws from its own generator
 
 The batch keeps one key/value cache, left-padded: a joining request is prefilled on its own rows and spliced in
 (the shorter side padded on the left, masked); a leaving request's rows are dropped, and columns that are padding
-for every row are trimmed. With a prefix store (`prefix_cache.py`,
-the engine's `prefix_cache_mb`) a joining prompt prefills only what follows its longest stored prefix: the stored
-states sit before its tail in the same row, the gap between them masked. Text models only: a vision-language model's M-RoPE offsets are per prefill, so the
-rollout sends its requests to `generate` as they become ready instead.
+for every row are trimmed. With a prefix store (`prefix_cache.py`, the engine's `prefix_cache_mb`) a joining prompt
+prefills only what follows its longest stored prefix: the stored states sit before its tail in the same row, the gap
+between them masked. Text models only: a vision-language model's M-RoPE offsets are per prefill, so the rollout
+sends its requests to `generate` as they become ready instead.
 """
 
 from __future__ import annotations
@@ -213,15 +213,17 @@ class ContinuousBatcher:
             mask = torch.cat([past_mask, mask], dim=-1)
         cache, logits = self._forward(ids, mask, cache)
         for row, prompt in enumerate(prompts):
-            columns = mask[row].nonzero().squeeze(-1)
-            self.store.add(
-                prompt,
-                [
-                    (layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns))
-                    for layer in cache.layers
-                ],
-            )
+            self.store.add(prompt, lambda row=row: self._row_states(cache, mask, row))
         return cache, mask, logits
+
+    @staticmethod
+    def _row_states(cache: Any, mask: Any, row: int) -> list[tuple[Any, Any]]:
+        """Row `row`'s keys and values at its real (unmasked) columns, copied out of the batch, per layer."""
+        columns = mask[row].nonzero().squeeze(-1)
+        return [
+            (layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns))
+            for layer in cache.layers
+        ]
 
     def _forward(self, ids: Any, mask: Any, cache: Any) -> tuple[Any, Any]:
         """One forward of `ids` (the last columns of `mask`) after `cache` (the columns before them)."""

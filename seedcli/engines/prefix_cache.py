@@ -8,7 +8,7 @@ same idea for transformers' DynamicCache, at token granularity:
 
     store = PrefixStore(budget_bytes=512 << 20)
     n, entry = store.match(prompt)   # the longest stored prefix of `prompt`, at most len(prompt) - 1 tokens
-    store.add(prompt, layers)        # per layer (keys [H, n, D], values [H, n, D]) of the prompt's tokens
+    store.add(prompt, copy_layers)   # copy_layers(): per layer (keys [H, n, D], values [H, n, D]), if kept
 
 Causal attention makes a prefix's keys and values independent of what follows it, so a completion served from the
 cache is the one a full prefill gives, up to float noise (tests/unit/test_batching.py). The store lives with one
@@ -18,7 +18,7 @@ batcher (one rollout; the weights never change inside it) and is emptied when th
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,20 +69,27 @@ class PrefixStore:
         self.entries.move_to_end(best.tokens)
         return best_n, best
 
-    def add(self, tokens: Sequence[int], layers: list[tuple[Any, Any]]) -> None:
-        """Store `tokens`' states (already copied out of any batch). A prompt that is a prefix of a stored one adds
-        nothing; stored prompts that are prefixes of it are dropped (it serves them all)."""
+    def add(self, tokens: Sequence[int], copy_layers: Callable[[], list[tuple[Any, Any]]]) -> None:
+        """Store `tokens`' states; `copy_layers()` copies them out of their batch (per layer (keys [H, n, D], values
+        [H, n, D])) and runs only when they are kept. A prompt that is a prefix of a stored one adds nothing; stored
+        prompts that are prefixes of it are dropped (it serves them all)."""
         key = tuple(tokens)
-        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
-        if len(key) < MIN_SHARE or nbytes > self.budget_bytes:
+        if len(key) < MIN_SHARE:
             return
-        for stored in list(self.entries):
+        covered = []
+        for stored in self.entries:
             shared = common_prefix(stored, key)
             if shared == len(key):  # already covered
                 self.entries.move_to_end(stored)
                 return
-            if shared == len(stored):  # covered by the new one
-                self._drop(stored)
+            if shared == len(stored):
+                covered.append(stored)
+        layers = copy_layers()
+        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        if nbytes > self.budget_bytes:
+            return
+        for stored in covered:  # covered by the new one
+            self._drop(stored)
         self.entries[key] = Entry(key, layers, nbytes)
         self.nbytes += nbytes
         while self.nbytes > self.budget_bytes:

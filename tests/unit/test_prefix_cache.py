@@ -99,8 +99,8 @@ def _layers(n: int, value: float = 0.0) -> list[tuple[torch.Tensor, torch.Tensor
 def test_store_matches_the_longest_prefix_but_never_the_last_token():
     store = PrefixStore(budget_bytes=1 << 20)
     a = list(range(40))
-    store.add(a, _layers(40))
-    store.add(a[:30] + [99] * 10, _layers(40, 1.0))
+    store.add(a, lambda: _layers(40))
+    store.add(a[:30] + [99] * 10, lambda: _layers(40, 1.0))
     n, entry = store.match(a + [7])
     assert n == 40 and list(entry.tokens) == a
     n, _ = store.match(a)  # the prompt itself: its last token is prefilled again for its logits
@@ -112,14 +112,16 @@ def test_store_matches_the_longest_prefix_but_never_the_last_token():
 
 def test_store_drops_covered_prefixes_and_keeps_to_its_budget():
     store = PrefixStore(budget_bytes=32 * 100)  # room for 100 tokens
-    store.add(list(range(20)), _layers(20))
-    store.add(list(range(30)), _layers(30))  # extends the first: it replaces it
+    store.add(list(range(20)), lambda: _layers(20))
+    store.add(list(range(30)), lambda: _layers(30))  # extends the first: it replaces it
     assert [len(e.tokens) for e in store.entries.values()] == [30]
-    store.add(list(range(25)), _layers(25))  # a prefix of a stored prompt: nothing added
+    copied = []
+    store.add(list(range(25)), lambda: copied.append(1) or _layers(25))  # a prefix of a stored prompt: nothing added
+    assert not copied  # and its states are never copied out of the batch
     assert len(store) == 1 and store.nbytes == 30 * 32
-    store.add([1000 + i for i in range(40)], _layers(40))
+    store.add([1000 + i for i in range(40)], lambda: _layers(40))
     store.match(list(range(30)) + [1])  # used: now the most recent
-    store.add([2000 + i for i in range(40)], _layers(40))  # 110 tokens: the least recently used goes
+    store.add([2000 + i for i in range(40)], lambda: _layers(40))  # 110 tokens: the least recently used goes
     assert sorted(int(e.tokens[0]) for e in store.entries.values()) == [0, 2000]
     assert store.nbytes == 70 * 32 <= store.budget_bytes
 
@@ -130,5 +132,5 @@ def test_shared_prefixes_are_the_groups_heads_shortest_first():
     game_a, game_b = head + list(range(30)), head + list(range(500, 530))
     prefixes = shared_prefixes([game_a, game_b, game_a, game_b, [7] * 40], store)
     assert prefixes == [head, game_a[:-1], game_b[:-1]]
-    store.add(game_a[:-1], _layers(len(game_a) - 1))
+    store.add(game_a[:-1], lambda: _layers(len(game_a) - 1))
     assert shared_prefixes([game_a, game_a], store) == []  # the store already gives it
