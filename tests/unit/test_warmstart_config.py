@@ -132,3 +132,34 @@ def test_one_gpu_world_check_for_sft_and_rl(monkeypatch):
         with pytest.raises(UserError, match=r"--gpus 2: only 1 GPU\(s\) visible"):
             call()
     assert world_size(RLConfig(gpus=2, torchrun_args="--nnodes 2")) == 2  # other nodes hold the rest
+
+
+def test_device_picks_the_gpu_only_when_one_is_there(monkeypatch):
+    import torch
+
+    from seedcli.stages.warmstart import _device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _device(WarmStartConfig()) == "cpu" and _device(WarmStartConfig(device="cpu")) == "cpu"
+    with pytest.raises(UserError, match="no GPU is visible"):
+        _device(WarmStartConfig(device="cuda"))
+    with pytest.raises(UserError, match="use auto, cpu or cuda"):
+        _device(WarmStartConfig(device="tpu"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _device(WarmStartConfig()) == "cuda" and _device(WarmStartConfig(device="cpu")) == "cpu"
+    with pytest.raises(UserError, match="CPU ranks"):
+        _device(WarmStartConfig(nproc=2))
+    assert _device(WarmStartConfig(nproc=2, device="cpu")) == "cpu"
+    # where it trains does not change what is computed: left out of the hash
+    assert WarmStartConfig(device="cpu").config_hash() == WarmStartConfig().config_hash()
+
+
+def test_model_init_refuses_a_gpu_it_does_not_have(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "m"
+    r = _invoke("model", "init", "--out", str(out), "--warm-start", "expert", "--env", "ezpoints", "--games", "1",
+                "--device", "cuda")  # fmt: skip
+    assert r.exit_code == 2 and "GPU is visible" in _flat(r.output)
+    assert not out.exists()  # refused before the model was built
