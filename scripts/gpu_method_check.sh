@@ -189,6 +189,10 @@ tail -12 "$STATE/method_check.out"
 "$PY" scripts/method_check_archive.py save --runs "$RUNS" --to "$SCRATCH/mc-record" > /dev/null 2>&1 || echo "archive save failed"
 mkdir -p "$SCRATCH/mc-record" && cp -r "$RUNS/logs" "$RUNS/commands.jsonl" "$RUNS/machine.json" "$SCRATCH/mc-record/" 2>/dev/null
 tar czf "$OUTDIR/method-check.tgz" -C "$SCRATCH" mc-record && rm -rf "$SCRATCH/mc-record"
+# a file over 16 MiB does not come back from a device call: cut it (`cat method-check.tgz.part-* > method-check.tgz`)
+if [ "$(stat -c %s "$OUTDIR/method-check.tgz")" -gt $((15 * 1024 * 1024)) ]; then
+  split -b 15M "$OUTDIR/method-check.tgz" "$OUTDIR/method-check.tgz.part-" && rm "$OUTDIR/method-check.tgz"
+fi
 "$PY" - "$RUNS" <<'EOF' | tee "$OUTDIR/summary.txt"
 import json, sys
 from pathlib import Path
