@@ -73,21 +73,40 @@ def same(a: dict, b: dict) -> tuple[int, int]:
     return sum(t.same_play(b["episodes"].get(eid)) for eid, t in a["episodes"].items()), len(a["episodes"])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def rollout_args(ap: argparse.ArgumentParser, tasks: int, max_steps: int) -> None:
+    """The options both rollout benches take (this one and bench/hf_batch.py)."""
     ap.add_argument("--model", help="a Hugging Face model directory (default: SmolLM2-135M-Instruct from its package)")
     ap.add_argument("--tiny", action="store_true", help="the tiny model built in code instead")
     ap.add_argument("--env", default="ezpoints")
-    ap.add_argument("--tasks", type=int, default=2)
+    ap.add_argument("--tasks", type=int, default=tasks)
     ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--max-steps", type=int, default=0, help="turns an episode (default: the environment's)")
+    ap.add_argument("--max-steps", type=int, default=max_steps, help="turns an episode (0: the environment's)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--temperature", type=float, default=0.4)
-    ap.add_argument("--rows", type=int, default=16, help="requests the engine decodes at once (max_batch)")
     ap.add_argument("--cache-mb", type=int, default=1024)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+
+
+def bench_model(args: argparse.Namespace, tmp: str) -> tuple[Path, str]:
+    """(model directory, name): the tiny model built in `tmp`, `--model`, or SmolLM2 converted once and cached."""
+    if args.tiny:
+        from seedcli.engines.tiny import build_tiny_model
+        from seedcli.envs import tokenizer_texts
+
+        return build_tiny_model(Path(tmp) / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts()), "tiny"
+    if args.model:
+        return Path(args.model), args.model
+    from seedcli.engines.gguf import cached_preset
+
+    return cached_preset("smollm2-135m-instruct"), "SmolLM2-135M-Instruct"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    rollout_args(ap, tasks=2, max_steps=0)
+    ap.add_argument("--rows", type=int, default=16, help="requests the engine decodes at once (max_batch)")
     args = ap.parse_args()
 
     import torch
@@ -99,17 +118,7 @@ def main() -> None:
     env = get_env(args.env)
     tasks = env.select_tasks(env.list_tasks(env.train_split), args.tasks, args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.tiny:
-            from seedcli.engines.tiny import build_tiny_model
-            from seedcli.envs import tokenizer_texts
-
-            model, name = build_tiny_model(Path(tmp) / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts()), "tiny"
-        elif args.model:
-            model, name = Path(args.model), args.model
-        else:
-            from seedcli.engines.gguf import cached_preset
-
-            model, name = cached_preset("smollm2-135m-instruct"), "SmolLM2-135M-Instruct"
+        model, name = bench_model(args, tmp)
         engine = load_engine("hf", model, device="cpu", dtype=args.dtype, max_batch=args.rows)
         print(
             f"prefix cache bench: {args.env}, {len(tasks)} tasks x {args.group}, {name} ({engine.dtype}) on the hf "
