@@ -170,7 +170,10 @@ PYEOF
   START=$MODEL
   if [ "$HAS_STAGE1" = True ]; then
     HELDOUT=$(cfg "['stage1']['heldout_tasks']")
-    T2="env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2"
+    # two threads a step when Stage 1 runs one step at a time (JOBS=1); one when its steps run side by side (two
+    # steps of two threads each would ask four threads of two cores)
+    T=$([ "$JOBS" -gt 1 ] && echo 1 || echo 2)
+    T2="env OMP_NUM_THREADS=$T MKL_NUM_THREADS=$T"
     # the two collects and the warm start's own eval need only the warm start: side by side ($JOBS at a time)
     # (the eval waits for Stage 2's pool with fewer than 3 jobs: on two cores it would hold the sft back)
     { printf 'collect_stage1\t%s seed collect -c %s --runs-dir %s --model %s%s --json\n' "$T2" "$CONFIG" "$RUNS" "$MODEL" "${EO:+ $EO}"
