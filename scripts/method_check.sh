@@ -102,7 +102,8 @@ pool() {
   while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
   [ $failed = 0 ] || { echo "some steps failed; rerun with RESUME=1 to redo only those" >&2; exit 1; }
 }
-eval_warm_cmd() { printf 'eval_warm\tseed eval -c %s --runs-dir %s --model %s%s --json\n' "$CONFIG" "$RUNS" "$MODEL" "${EO:+ $EO}"; }
+# eval_cmd <name> <model>: a pool line evaluating <model> on the test games
+eval_cmd() { printf '%s\tseed eval -c %s --runs-dir %s --model %s%s --json\n' "$1" "$CONFIG" "$RUNS" "$2" "${EO:+ $EO}"; }
 # done_step <name>: the step has a successful entry in index.json (RESUME=1 keeps it)
 done_step() { $PY -c "import json,sys; d=json.load(open('$RUNS/index.json')); sys.exit(0 if '$1' in d else 1)" 2>/dev/null; }
 run_of() { $PY -c "import json; print(json.load(open('$RUNS/index.json'))['$1'])"; }
@@ -179,16 +180,18 @@ PYEOF
     { printf 'collect_stage1\t%s seed collect -c %s --runs-dir %s --model %s%s --json\n' "$T2" "$CONFIG" "$RUNS" "$MODEL" "${EO:+ $EO}"
       printf 'collect_heldout\t%s seed collect -c %s --runs-dir %s --model %s seed=1000 tasks=%s rollouts=1%s --json\n' \
         "$T2" "$CONFIG" "$RUNS" "$MODEL" "$HELDOUT" "${EO:+ $EO}"
-      if [ "$JOBS" -ge 3 ]; then eval_warm_cmd; fi; } | pool
+      if [ "$JOBS" -ge 3 ]; then eval_cmd eval_warm "$MODEL"; fi; } | pool
     record annotate_stage1 $T2 seed annotate -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of collect_stage1)" --json
-    # max_failed_fraction=1: an analyzer that writes no valid skill is what is being measured, not an error
-    analyzer_kept() {
-      record "$1" $T2 seed annotate -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of collect_heldout)" \
-        --analyzer policy --model "$2" max_tokens="$(cfg "['rl']['analyzer_max_new_tokens']")" \
-        max_failed_fraction=1.0 --json
+    # kept_cmd <model>: the policy analyzer of <model> on the held-out episodes; max_failed_fraction=1: an analyzer
+    # that writes no valid skill is what is being measured, not an error
+    kept_cmd() {
+      echo "seed annotate -c $CONFIG --runs-dir $RUNS --from $(run_of collect_heldout) --analyzer policy --model $1" \
+        "max_tokens=$(cfg "['rl']['analyzer_max_new_tokens']") max_failed_fraction=1.0 --json"
     }
-    # the kept fraction before the sft beside the sft itself (one after the other with JOBS=1)
-    if [ "$JOBS" -gt 1 ]; then analyzer_kept kept_before_sft "$MODEL" & kept_pid=$!; else analyzer_kept kept_before_sft "$MODEL"; fi
+    # the kept fraction before the sft beside the sft itself (one after the other with JOBS=1); after it, in Stage 2
+    # shellcheck disable=SC2046  # the command is split into words on purpose (no argument holds a space)
+    if [ "$JOBS" -gt 1 ]; then record kept_before_sft $T2 $(kept_cmd "$MODEL") & kept_pid=$!
+    else record kept_before_sft $T2 $(kept_cmd "$MODEL"); fi
     record sft_stage1 $T2 seed sft -c "$CONFIG" --runs-dir "$RUNS" --from "$(run_of annotate_stage1)" \
       --model "$MODEL" --json
     if [ -n "${kept_pid:-}" ]; then wait "$kept_pid"; fi
@@ -198,11 +201,10 @@ PYEOF
   $PY scripts/method_check_archive.py verify --runs "$RUNS"  # a restored record: the rebuilt models are the same?
 
   # 2. Stage 2 from the same warm start, every seed × arm, $JOBS at a time; the warm start's own eval beside them
-  { if [ "$HAS_STAGE1" != True ] || [ "$JOBS" -lt 3 ]; then eval_warm_cmd; fi
+  { if [ "$HAS_STAGE1" != True ] || [ "$JOBS" -lt 3 ]; then eval_cmd eval_warm "$MODEL"; fi
     if [ "$START" != "$MODEL" ]; then
-      printf 'eval_start\tseed eval -c %s --runs-dir %s --model %s%s --json\n' "$CONFIG" "$RUNS" "$START" "${EO:+ $EO}"
-      printf 'kept_after_sft\tseed annotate -c %s --runs-dir %s --from %s --analyzer policy --model %s max_tokens=%s max_failed_fraction=1.0 --json\n' \
-        "$CONFIG" "$RUNS" "$(run_of collect_heldout)" "$START" "$(cfg "['rl']['analyzer_max_new_tokens']")"
+      eval_cmd eval_start "$START"
+      printf 'kept_after_sft\t%s\n' "$(kept_cmd "$START")"
     fi
     steps rl | sed "s|\$RUNS|$RUNS|g; s|\$MODEL|$START|g"; } | pool
 

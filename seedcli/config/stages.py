@@ -280,7 +280,7 @@ class WarmStartConfig(StageConfig):
     dtype: Literal["auto", "float32", "bfloat16"] = _dtype_field("training (bf16 autocast over fp32 weights)")
     _check_dtype = field_validator("dtype", mode="before")(_dtype_value)
     device: str = _nohash(
-        "where the clone trains and is checked: auto (cuda when a GPU is visible) | cpu | cuda (one GPU; nproc 1)",
+        "where the clone trains and is checked: auto (cuda when a GPU is visible) | cpu | cuda[:N] (one GPU; nproc 1)",
         "auto",
     )
     workers: int = _nohash("environment worker processes for the expert's games (0 = in this process)", 2, ge=0)

@@ -61,7 +61,7 @@ from seedcli.analyzers.parse import parse_skill
 from seedcli.analyzers.policy import PolicyAnalyzer
 from seedcli.artifacts import Manifest, model_run, open_run, sha256_file
 from seedcli.config import WarmStartConfig
-from seedcli.engines.base import pad_token_id
+from seedcli.engines.base import check_device, pad_token_id
 from seedcli.engines.hf import HFEngine
 from seedcli.engines.tiny import QWEN_VOCAB_SIZE, build_tiny_model, model_hash
 from seedcli.envs import get_env, tokenizer_texts
@@ -356,15 +356,13 @@ def _ensure_shape(model_dir: Path, shape: dict[str, Any] | None, seed: int) -> b
 
 
 def _device(cfg: WarmStartConfig) -> str:
-    """Where the clone trains: cpu, or one GPU (`device` cuda, or auto with a GPU visible); ranks are CPU-only."""
-    if cfg.device not in ("auto", "cpu", "cuda"):
-        raise UserError(f"--device {cfg.device}: use auto, cpu or cuda")
-    cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    if cuda and not torch.cuda.is_available():
-        raise UserError("--device cuda: no GPU is visible to torch; use --device cpu (or auto)")
-    if cuda and cfg.nproc > 1:
+    """Where the clone trains: `device` as `check_device` accepts it, auto being one GPU when torch sees one, else
+    the CPU; the data-parallel ranks (`nproc`) are CPU processes."""
+    check_device(cfg.device)
+    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if device != "cpu" and cfg.nproc > 1:
         raise UserError(f"nproc {cfg.nproc} trains on CPU ranks; with a GPU use nproc 1 (or device cpu)")
-    return "cuda" if cuda else "cpu"
+    return device
 
 
 def clone_checks(

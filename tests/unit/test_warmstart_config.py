@@ -141,7 +141,7 @@ def test_device_picks_the_gpu_only_when_one_is_there(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert _device(WarmStartConfig()) == "cpu" and _device(WarmStartConfig(device="cpu")) == "cpu"
-    with pytest.raises(UserError, match="no GPU is visible"):
+    with pytest.raises(UserError, match="no CUDA GPU is visible"):
         _device(WarmStartConfig(device="cuda"))
     with pytest.raises(UserError, match="use auto, cpu or cuda"):
         _device(WarmStartConfig(device="tpu"))
