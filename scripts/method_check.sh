@@ -16,7 +16,9 @@
 #   ARMS="grpo seed_self" bash scripts/method_check.sh  # only these arms of the config's method_check section
 # Across sittings on fresh machines (runs/ gone): the check saves its record without weights in $RECORD
 # (docs/method-check/record, committed); RESUME=1 on a machine without $RUNS restores it, rebuilds the warm start and
-# the Stage-1 sft with the same commands, checks their sha256 against the record, and runs only what is left.
+# the Stage-1 sft with the same commands, checks their sha256 against the record (the Stage-1 episodes the warm start
+# played are kept when it is the same), and runs only what is left. On a machine that kept $RUNS, RESUME=1 also
+# continues an rl run that stopped after a checkpoint (`seed rl --resume`) instead of starting it again.
 #   python scripts/method_check_archive.py save --runs runs/method-check --to docs/method-check/record  # mid-check
 # Every command and its wall time are appended to $RUNS/commands.jsonl; $RUNS/index.json names the run of each step.
 # The body is one { } block that ends in `exit`: bash reads all of it before running any, so editing this file
@@ -108,24 +110,7 @@ eval_cmd() { printf '%s\tseed eval -c %s --runs-dir %s --model %s%s --json\n' "$
 done_step() { $PY -c "import json,sys; d=json.load(open('$RUNS/index.json')); sys.exit(0 if '$1' in d else 1)" 2>/dev/null; }
 run_of() { $PY -c "import json; print(json.load(open('$RUNS/index.json'))['$1'])"; }
 # the rl (or eval) steps of every seed × arm, one "name<TAB>command" line each
-steps() {
-  $PY - "$CONFIG" "$1" <<'PYEOF'
-import json, os, sys, yaml
-config, kind = sys.argv[1:]
-mc = yaml.safe_load(open(config))["method_check"]
-arms = os.environ.get("ARMS", "").split()  # ARMS="grpo seed_self": only these of the config's arms
-mc["arms"] = {a: v for a, v in mc["arms"].items() if not arms or a in arms}
-eo = f" engine={os.environ['ENGINE']}" if os.environ.get("ENGINE") else ""
-index = json.load(open(os.environ["RUNS"] + "/index.json")) if kind == "eval" else {}
-for seed in mc["seeds"]:
-    for arm, args in mc["arms"].items():
-        name = f"{arm}_s{seed}"
-        if kind == "rl":
-            print(f"rl_{name}\tseed rl -c {config} --runs-dir $RUNS --model $MODEL seed={seed} {args}{eo} --json")
-        elif f"rl_{name}" in index:
-            print(f"eval_{name}\tseed eval -c {config} --runs-dir $RUNS --from {index[f'rl_{name}']}{eo} --json")
-PYEOF
-}
+steps() { $PY scripts/method_check_steps.py "$CONFIG" "$1"; }
 
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
   if [ "${RESUME:-0}" != 1 ] && [ -d "$RUNS" ]; then mv "$RUNS" "$RUNS.old-$(date -u +%Y%m%dT%H%M%SZ)"; fi
@@ -165,6 +150,9 @@ PYEOF
       --seed "$SEED" --warm-start expert --env "$ENV" --games "$GAMES" --epochs "$EPOCHS" ${WS_LR:+--lr $WS_LR} \
       --no-skill-writing
   fi
+
+  # a restored record keeps what the warm start played only if the rebuilt warm start is the recorded one
+  $PY scripts/method_check_archive.py verify-warm --runs "$RUNS"
 
   # 1b. Stage 1 (a `stage1` section): the clone plays training games → rules skills → sft teaches it to write them;
   # the policy analyzer's kept fraction on held-out episodes (other training games) before and after the sft
@@ -206,10 +194,10 @@ PYEOF
       eval_cmd eval_start "$START"
       printf 'kept_after_sft\t%s\n' "$(kept_cmd "$START")"
     fi
-    steps rl | sed "s|\$RUNS|$RUNS|g; s|\$MODEL|$START|g"; } | pool
+    steps rl; } | pool
 
   # 3. every final model on the same test rooms (ordinary prompt, no skill)
-  steps eval | sed "s|\$RUNS|$RUNS|g" | pool
+  steps eval | pool
   $PY scripts/method_check_archive.py save --runs "$RUNS" --to "$RECORD"
 fi
 

@@ -8,9 +8,12 @@ pointing at the record, so that scripts/method_check_report.py can write the doc
 `restore` puts the record back under $RUNS (paths rewritten back) and forgets the steps whose weights the next steps
 need and the record cannot hold: the warm start and the Stage-1 sft (method_check.sh rebuilds them with the same
 commands and seeds, and `verify` then compares their weights with the recorded sha256), and an rl run whose eval
-had not run (its checkpoint is gone, so the run is redone).
+had not run (its checkpoint is gone, so the run is redone). The steps the warm start played (Stage 1's collects and
+annotation, its kept fraction and eval: ~30 minutes on two cores) are kept, and `verify-warm`, right after the warm
+start's rebuild, keeps them only if the rebuilt warm start has the recorded sha256 (else they are redone with it).
   python scripts/method_check_archive.py save --runs runs/method-check --to docs/method-check/record
   python scripts/method_check_archive.py restore --from docs/method-check/record --runs runs/method-check
+  python scripts/method_check_archive.py verify-warm --runs runs/method-check  # the rebuilt warm start: same weights?
   python scripts/method_check_archive.py verify --runs runs/method-check   # after the rebuild: same weights?
 """
 
@@ -26,7 +29,10 @@ from pathlib import Path
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npy")
 MAX_FILE_BYTES = 8 * 1024 * 1024  # a record file larger than this is a bug in what the record keeps
 # the steps whose weights later steps read: rebuilt when a record is restored without them
-REBUILT_STEPS = ("warmstart", "collect_stage1", "annotate_stage1", "sft_stage1")
+REBUILT_STEPS = ("warmstart", "sft_stage1")
+# the steps whose output the warm start's weights decided: kept on restore while the rebuilt warm start is the same
+PLAYED_BY_WARM = ("collect_stage1", "collect_heldout", "annotate_stage1", "kept_before_sft", "eval_warm")
+WARM = "models/agent/model.safetensors"
 WEIGHTS_FILE = "weights.json"
 
 
@@ -137,6 +143,30 @@ def verify(runs: Path) -> int:
     return 0
 
 
+def verify_warm(runs: Path) -> int:
+    """Right after the warm start's rebuild: the steps it played are kept if it has the recorded sha256, else they
+    are forgotten (index.json) so that the check plays them again with the rebuilt model."""
+    recorded = json.loads((runs / WEIGHTS_FILE).read_text())["sha256"] if (runs / WEIGHTS_FILE).exists() else {}
+    warm = runs / WARM
+    if WARM not in recorded or not warm.exists():
+        return 0
+    digest = sha256(warm)
+    if digest == recorded[WARM]:
+        print(f"the rebuilt warm start equals the recorded one (sha256 {digest[:12]}…): its Stage-1 episodes are kept")
+        return 0
+    index = json.loads((runs / "index.json").read_text())
+    dropped = [s for s in PLAYED_BY_WARM if s in index]
+    for step in dropped:
+        del index[step]
+    (runs / "index.json").write_text(json.dumps(index, indent=1))
+    print(
+        f"warning: the rebuilt warm start (sha256 {digest[:12]}…) differs from the record's ({recorded[WARM][:12]}…): "
+        f"redoing what it played: {', '.join(dropped) or 'nothing'}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -148,7 +178,11 @@ def main() -> int:
     r.add_argument("--runs", type=Path, required=True)
     v = sub.add_parser("verify", help="compare rebuilt model weights with the record's sha256")
     v.add_argument("--runs", type=Path, required=True)
+    w = sub.add_parser("verify-warm", help="keep the steps the warm start played only if its rebuild is the same")
+    w.add_argument("--runs", type=Path, required=True)
     args = ap.parse_args()
+    if args.cmd == "verify-warm":
+        return verify_warm(args.runs)
     if args.cmd == "save":
         return save(args.runs, args.to)
     if args.cmd == "restore":

@@ -42,6 +42,8 @@ def _check(runs: Path) -> dict:
         (runs / rel).write_bytes(data)
     index = {
         "warmstart": None,
+        "collect_stage1": f"{runs}/collect/c1",
+        "annotate_stage1": f"{runs}/annotate/a1",
         "sft_stage1": f"{runs}/sft/s1",
         "kept_after_sft": f"{runs}/annotate/k1",
         "rl_grpo_s0": f"{runs}/rl/g0",
@@ -76,8 +78,11 @@ def test_restore_forgets_the_rebuilt_steps_and_an_rl_run_without_its_eval(archiv
     archive.save(runs, record)
     assert archive.restore(record, again) == 0
     index = json.loads((again / "index.json").read_text())
-    # warm start and sft are rebuilt (their weights are not in the record); SEED s0 has no eval, so no checkpoint
+    # warm start and sft are rebuilt (their weights are not in the record); SEED s0 has no eval, so no checkpoint;
+    # what the warm start played stays until verify-warm compares the rebuilt warm start
     assert index == {
+        "collect_stage1": f"{again}/collect/c1",
+        "annotate_stage1": f"{again}/annotate/a1",
         "kept_after_sft": f"{again}/annotate/k1",
         "rl_grpo_s0": f"{again}/rl/g0",
         "eval_grpo_s0": f"{again}/eval/e0",
@@ -103,3 +108,22 @@ def test_verify_notes_a_rebuilt_model_that_differs(archive, tmp_path, capsys):
     note = json.loads((again / "machine.json").read_text())["rebuild_note"]
     assert note.startswith("the rebuilt sft_stage1/model/model.safetensors differ") and "models/agent" not in note
     assert "warning:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_verify_warm_keeps_what_the_warm_start_played_only_if_it_is_the_same(archive, tmp_path, capsys, same):
+    runs, record, again = tmp_path / "runs" / "mc", tmp_path / "record", tmp_path / "again" / "mc"
+    _check(runs)
+    archive.save(runs, record)
+    archive.restore(record, again)
+    (again / "models" / "agent").mkdir(parents=True)
+    (again / "models" / "agent" / "model.safetensors").write_bytes(b"warm-weights" if same else b"other-weights")
+    assert archive.verify_warm(again) == 0
+    index = json.loads((again / "index.json").read_text())
+    played = {"collect_stage1", "annotate_stage1"}
+    if same:
+        assert played <= set(index) and "equals the recorded one" in capsys.readouterr().out
+    else:
+        assert not played & set(index) and "kept_after_sft" in index  # the sft's steps are verify's to note
+        err = capsys.readouterr().err
+        assert "differs from the record's" in err and "collect_stage1, annotate_stage1" in err

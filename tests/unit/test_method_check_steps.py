@@ -1,0 +1,79 @@
+"""scripts/method_check_steps.py: the rl and eval lines of a method check's pool, and RESUME=1 continuing an rl run
+that stopped after a checkpoint (on a machine that kept runs/) instead of starting it again."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def mc_steps():
+    spec = importlib.util.spec_from_file_location("method_check_steps", ROOT / "scripts" / "method_check_steps.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture()
+def check(tmp_path):
+    config = tmp_path / "mc.yaml"
+    config.write_text("method_check:\n  seeds: [0, 1]\n  arms:\n    grpo: --algo grpo\n    seed_self: --algo seed\n")
+    runs = tmp_path / "runs"
+    (runs / "rl").mkdir(parents=True)
+    (runs / "index.json").write_text("{}")
+    return config, runs
+
+
+def _rl_run(runs: Path, run_id: str, argv: list[str], status: str, checkpoint: bool) -> Path:
+    run = runs / "rl" / run_id
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"stage": "rl", "status": status, "argv": argv}))
+    if checkpoint:
+        (run / "checkpoints" / "step_000004").mkdir(parents=True)
+        (run / "checkpoints" / "step_000004" / "state.json").write_text("{}")
+    return run
+
+
+def test_rl_lines_every_seed_and_arm_with_the_engine(mc_steps, check):
+    config, runs = check
+    env = {"RUNS": str(runs), "START": "sft/model", "ENGINE": "hf", "ARMS": "grpo"}
+    assert mc_steps.steps(str(config), "rl", env) == [
+        f"rl_grpo_s{s}\tseed rl -c {config} --runs-dir {runs} --model sft/model seed={s} --algo grpo engine=hf --json"
+        for s in (0, 1)
+    ]
+
+
+def test_resume_continues_only_the_same_command_stopped_after_a_checkpoint(mc_steps, check):
+    config, runs = check
+    env = {"RUNS": str(runs), "START": "sft/model", "RESUME": "1"}
+    lines = dict(line.split("\t") for line in mc_steps.steps(str(config), "rl", env))
+    words = lines["rl_grpo_s0"].split()
+    argv = ["/venv/bin/seed", *words[1:]]
+    _rl_run(runs, "20261204T100000Z-aaaa", argv, "failed", checkpoint=True)  # older
+    newest = _rl_run(runs, "20261204T110000Z-aaaa", argv, "interrupted", checkpoint=True)
+    _rl_run(runs, "20261204T120000Z-aaaa", argv, "failed", checkpoint=False)  # nothing to continue from
+    _rl_run(runs, "20261204T130000Z-aaaa", argv, "complete", checkpoint=True)  # finished: not continued
+    other = ["/venv/bin/seed", *lines["rl_grpo_s1"].split()[1:]]
+    _rl_run(runs, "20261204T140000Z-bbbb", other[:-1] + ["--resume", "x", "--json"], "failed", checkpoint=True)
+    lines = dict(line.split("\t") for line in mc_steps.steps(str(config), "rl", env))
+    assert lines["rl_grpo_s0"] == " ".join(words) + f" --resume {newest}"
+    # an earlier resume of seed 1's command is still seed 1's command
+    assert lines["rl_grpo_s1"].endswith(f"--resume {runs / 'rl' / '20261204T140000Z-bbbb'}")
+    assert "--resume" not in lines["rl_seed_self_s0"] + lines["rl_seed_self_s1"]
+    # without RESUME=1 every run starts afresh
+    fresh = mc_steps.steps(str(config), "rl", {**env, "RESUME": "0"})
+    assert not any("--resume" in line for line in fresh)
+
+
+def test_eval_lines_only_for_rl_runs_that_finished(mc_steps, check):
+    config, runs = check
+    (runs / "index.json").write_text(json.dumps({"rl_seed_self_s1": "runs/rl/r1"}))
+    assert mc_steps.steps(str(config), "eval", {"RUNS": str(runs)}) == [
+        f"eval_seed_self_s1\tseed eval -c {config} --runs-dir {runs} --from runs/rl/r1 --json"
+    ]
