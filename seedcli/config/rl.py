@@ -63,6 +63,12 @@ class RLConfig(RolloutConfig):
         json_schema_extra={"hash": "if_changed"},
     )
     micro_batch_tokens: int = _nohash("tokens per micro-batch (packed by length)", 16384, ge=64)
+    share_prefix: bool = _nohash(
+        "the rows of a micro-batch that begin alike (one game's turn-samples) run their common prefix once, in the "
+        "update and in re-scoring: the same log-probs and gradients up to float rounding (not under FSDP, which frees "
+        "a layer's gathered weights between its two calls; not with images)",
+        True,
+    )
     train_fraction: float = Field(1.0, gt=0, le=1.0, description="fraction of the training games used")
     val_every: int = Field(5, ge=0, description="validate on seen games every N updates (0 = never)")
     val_games: int = Field(24, ge=1, description="seen games per validation")

@@ -17,6 +17,7 @@ import heapq
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -54,6 +55,16 @@ def pack_by_length(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be positive, got {max_tokens}")
     return pack_in_order(sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)), lengths, max_tokens)
+
+
+def pack_by_prefix(keys: Sequence[Any], lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Like `pack_by_length`, but taken in the order of `keys`, under which rows that begin alike are adjacent (their
+    token lists; or (task group, turn, episode), which every rank knows without the other ranks' tokens): one game's
+    turn-samples land in one micro-batch, whose common prefix a scorer with `share_prefix` runs once. Ties by index;
+    every index appears once."""
+    if max_tokens <= 0:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    return pack_in_order(sorted(range(len(keys)), key=lambda i: (keys[i], i)), lengths, max_tokens)
 
 
 def pad_right(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,11 +141,26 @@ class MicroBatchPlan:
 
 
 def plan_micro_batches(
-    samples: Sequence[TurnSample], shares: list[list[int]], rank: int, micro_tokens: int, opd: bool = True
+    samples: Sequence[TurnSample],
+    shares: list[list[int]],
+    rank: int,
+    micro_tokens: int,
+    opd: bool = True,
+    by_prefix: bool = False,
 ) -> MicroBatchPlan:
-    """Pack every rank's share of one mini-batch by length (every rank knows every sample's length, so all ranks
-    compute the same plan without a collective) and count the mini-batch's response and OPD tokens."""
-    packs = [pack_by_length([samples[i].length for i in share], micro_tokens) if share else [] for share in shares]
+    """Pack every rank's share of one mini-batch by length, or with `by_prefix` in token order (`pack_by_prefix`)
+    (every rank knows every sample, so all ranks compute the same plan without a collective) and count the
+    mini-batch's response and OPD tokens."""
+
+    def pack(share: list[int]) -> list[list[int]]:
+        lengths = [samples[i].length for i in share]
+        if by_prefix:
+            # one game's samples side by side, turn by turn (the other ranks' samples are not tokenised here)
+            keys = [(samples[i].group_id, samples[i].turn_index, samples[i].episode_index) for i in share]
+            return pack_by_prefix(keys, lengths, micro_tokens)
+        return pack_by_length(lengths, micro_tokens)
+
+    packs = [pack(share) if share else [] for share in shares]
     n_micro = max(1, max(len(p) for p in packs))
     everything = [i for share in shares for i in share]
     tokens = sum(samples[i].response_tokens for i in everything)

@@ -209,7 +209,8 @@ def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path, *
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for p in lm.parameters():
         p.requires_grad_(True)
-    train_model = D.wrap_for_training(Scorer(lm, compute_dtype=autocast_dtype), info)
+    share = cfg.share_prefix  # the rows' common prefix runs once (rl/logprobs.py; not under FSDP2)
+    train_model = D.wrap_for_training(Scorer(lm, compute_dtype=autocast_dtype, share_prefix=share), info)
 
     ref_model = None
     if cfg.kl_coef > 0:
@@ -224,7 +225,7 @@ def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path, *
         ref_lm.eval()
         for p in ref_lm.parameters():
             p.requires_grad_(False)
-        ref_model = D.wrap_frozen(Scorer(ref_lm, compute_dtype=autocast_dtype), info)
+        ref_model = D.wrap_frozen(Scorer(ref_lm, compute_dtype=autocast_dtype, share_prefix=share), info)
 
     optimizer = torch.optim.AdamW(
         [p for p in train_model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay

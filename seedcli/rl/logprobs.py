@@ -9,6 +9,13 @@ memory is about 2 × chunk_tokens × vocab × 4 bytes whatever B × T is (bench/
 
 `Scorer` is a causal LM as that function (what DDP and FSDP wrap); `score_responses` scores (prompt, response) pairs
 with it, packed into micro-batches by length and right-padded only to the longest of each.
+
+Shared prefixes (`share_prefix`): the rows of a micro-batch often begin with the same tokens (an agent's turn-samples
+repeat its system prompt and, within a group, the whole game description: text EZPoints 370 of 475 prompt tokens).
+Then the decoder runs that prefix once, on one row, and the rows' own tokens attend to its keys and values repeated
+over the batch: the same states as a full forward up to float rounding, and under autograd every row's gradient
+flows back into the one prefix computation (the sum a full forward gives). `pack_by_prefix` orders the rows so that
+those that begin alike share a micro-batch (bench/shared_prefix.py measures the gain).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from seedcli.precision import autocast
-from seedcli.rl.batching import VisionFn, pack_by_length, pad_right
+from seedcli.rl.batching import VisionFn, pack_by_length, pack_by_prefix, pad_right
 from seedcli.rl.samples import BLANK_IMAGE
 
 # A score function: (input_ids [B, T], attention_mask [B, T], response_mask [B, T]) → per-token log-probs [B, T];
@@ -115,6 +122,43 @@ def _unwrap(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
     return base.get_decoder(), base.get_output_embeddings()
 
 
+# a common prefix shorter than this runs with the rest: a second decoder call would cost more than it saves
+MIN_SHARED_PREFIX = 32
+
+
+def shared_prefix_len(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor) -> int:
+    """The number of leading columns that every row of a micro-batch holds alike (same token, not padding), ended
+    before the column whose state predicts any row's first response token (each row's own part must hold it).
+    0 for one row, or when a row has no response token."""
+    if input_ids.shape[0] < 2:
+        return 0
+    resp = response_mask.bool()
+    if not resp.any(-1).all():
+        return 0
+    limit = int(resp.float().argmax(-1).min()) - 1  # the first response column of the earliest row, less one
+    if limit <= 0:
+        return 0
+    alike = (input_ids[:, :limit] == input_ids[:1, :limit]).all(0) & attention_mask[:, :limit].bool().all(0)
+    return limit if bool(alike.all()) else int((~alike).float().argmax())
+
+
+def _suffix_hidden(
+    decoder: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, p: int
+) -> torch.Tensor:
+    """The decoder's last hidden states of columns p.. of every row ([B, T − p, H]), the p shared columns run once
+    (row 0) and their keys and values repeated over the rows."""
+    prefix = decoder(
+        input_ids=input_ids[:1, :p], attention_mask=attention_mask[:1, :p], position_ids=position_ids[:1, :p],
+        use_cache=True,
+    )  # fmt: skip
+    cache = prefix.past_key_values
+    cache.batch_repeat_interleave(input_ids.shape[0])  # differentiable: every row's gradient reaches the prefix
+    return decoder(
+        input_ids=input_ids[:, p:], attention_mask=attention_mask, position_ids=position_ids[:, p:],
+        past_key_values=cache, use_cache=True,
+    ).last_hidden_state  # fmt: skip
+
+
 def sequence_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -124,6 +168,8 @@ def sequence_logprobs(
     with_entropy: bool = False,
     chunk_tokens: int = 1024,
     vision: dict | None = None,
+    share_prefix: bool = False,
+    tally: list[int] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log p(input_ids[t] | input_ids[<t]) at the positions of `response_mask` ([B, T] → [B, T] fp32).
 
@@ -132,8 +178,12 @@ def sequence_logprobs(
     Gradients flow when called with grad enabled; logits exist only for `chunk_tokens` tokens at a time.
     `vision` (a vision-language model's `pixel_values` and `image_grid_thw` for the rows' images, in row order)
     runs the vision tower and places its features at the image tokens; the model then sets its own 3-D positions.
+    `share_prefix`: the rows' common leading tokens (right-padded rows; `shared_prefix_len`) run once (module doc);
+    not with `vision`, nor under gradient checkpointing (which turns the decoder's cache off). `tally` (if given)
+    gains [the rows' tokens, the tokens a shared prefix did not run again].
     """
     decoder, head = _unwrap(model)
+    offset = 0  # hidden[:, j] is column offset + j
     if vision:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         # image tokens marked 1: Qwen2.5-VL computes its 3-D M-RoPE positions only when given them (transformers 5)
@@ -143,14 +193,23 @@ def sequence_logprobs(
         ).last_hidden_state  # [B, T, H]
     else:
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, T], as generation assigns them
-        hidden = decoder(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        ).last_hidden_state  # [B, T, H]
+        checkpointed = decoder.training and getattr(decoder, "gradient_checkpointing", False)
+        p = shared_prefix_len(input_ids, attention_mask, response_mask) if share_prefix and not checkpointed else 0
+        if p >= MIN_SHARED_PREFIX:
+            hidden, offset = _suffix_hidden(decoder, input_ids, attention_mask, position_ids, p), p  # [B, T − p, H]
+            if tally is not None:
+                tally[1] += (input_ids.shape[0] - 1) * p
+        else:
+            hidden = decoder(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            ).last_hidden_state  # [B, T, H]
 
+    if tally is not None:
+        tally[0] += int(attention_mask.sum())
     wanted = response_mask.bool().clone()
     wanted[:, 0] = False  # the first token has no prediction
     rows, cols = wanted.nonzero(as_tuple=True)  # [N] each
-    h = hidden[rows, cols - 1]  # [N, H]: the state at t − 1 predicts token t
+    h = hidden[rows, cols - 1 - offset]  # [N, H]: the state at t − 1 predicts token t
     targets = input_ids[rows, cols]  # [N]
 
     recompute = torch.is_grad_enabled() and h.requires_grad
@@ -175,16 +234,35 @@ def sequence_logprobs(
     return logp
 
 
+def _fully_sharded(module: torch.nn.Module) -> bool:
+    """FSDP2 frees a layer's gathered weights after each call, and a second call's backward needs them (measured:
+    "setStorage … out of bounds for storage of size 0"): under it the scorer runs whole rows (still packed by prefix,
+    so that its micro-batches are those of DDP and one process)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return False
+    return isinstance(module, FSDPModule)
+
+
 class Scorer(torch.nn.Module):
     """A causal LM as `(input_ids, attention_mask, response_mask) → per-token log-probs [B, T]` (and entropies).
 
     DDP and FSDP hook into a module's forward, and `sequence_logprobs` calls the decoder and lm_head separately;
     routing it through this module's forward keeps gradient sync (DDP) and parameter gathering (FSDP) correct."""
 
-    def __init__(self, lm: torch.nn.Module, chunk_tokens: int = 1024, compute_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        lm: torch.nn.Module,
+        chunk_tokens: int = 1024,
+        compute_dtype: torch.dtype | None = None,
+        share_prefix: bool = False,
+    ):
         super().__init__()
         self.lm = lm
         self.chunk_tokens = chunk_tokens
+        self.share_prefix = share_prefix  # the rows' common prefix runs once (module doc)
+        self.tally = [0, 0]  # [tokens scored, tokens a shared prefix did not run again] since `take_tally`
         # bf16: the matmuls under autocast over the fp32 master weights (seedcli/precision.py); the log-softmax,
         # entropy and everything the loss computes from the log-probs stay fp32 (the chunks upcast the logits)
         self.compute_dtype = compute_dtype
@@ -199,7 +277,19 @@ class Scorer(torch.nn.Module):
                 with_entropy=with_entropy,
                 chunk_tokens=self.chunk_tokens,
                 vision=vision or None,
+                share_prefix=self.share_prefix and not _fully_sharded(self),
+                tally=self.tally,
             )
+
+    def take_tally(self) -> list[int]:
+        """[tokens scored, tokens a shared prefix saved] since the last call, and start counting afresh."""
+        out, self.tally = self.tally, [0, 0]
+        return out
+
+
+def shares_prefix(score_fn: ScoreFn) -> bool:
+    """Whether a score function (a `Scorer`, bare, under FSDP2 or inside DDP) runs its rows' common prefix once."""
+    return bool(getattr(getattr(score_fn, "module", score_fn), "share_prefix", False))
 
 
 @torch.no_grad()
@@ -214,9 +304,12 @@ def score_responses(
     images: Sequence[list[str]] | None = None,
     vision: VisionFn | None = None,
     padding_ids: Sequence[int] | None = None,
+    by_prefix: bool | None = None,
 ) -> list[torch.Tensor]:
     """Log-prob of each response token given its prompt, for (prompt_ids, response_ids) pairs; returns one fp32
-    CPU tensor [R_i] per pair. Pairs are packed into micro-batches by length (count × longest ≤ `max_tokens`).
+    CPU tensor [R_i] per pair. Pairs are packed into micro-batches by length (count × longest ≤ `max_tokens`), or with
+    `by_prefix` in token order, so that pairs that begin alike share one (a scorer with `share_prefix` runs it once;
+    None: as `score_fn`'s own `share_prefix`).
     `images[i]` (with `vision`): pair i's image sha256s, whose pixels go to the score function with its batch.
     `padding_ids` (with `vision`): the prompt of a padding forward, holding the tokens of one `BLANK_IMAGE`.
 
@@ -224,7 +317,12 @@ def score_responses(
     fewer micro-batches (or none) runs padding forwards until every rank has run the same number."""
     out: list[torch.Tensor | None] = [None] * len(contexts)
     lengths = [len(p) + len(r) for p, r in contexts]
-    batches = pack_by_length(lengths, max_tokens)
+    if by_prefix is None:
+        by_prefix = shares_prefix(score_fn)
+    if by_prefix:
+        batches = pack_by_prefix([list(p) + list(r) for p, r in contexts], lengths, max_tokens)
+    else:
+        batches = pack_by_length(lengths, max_tokens)
     total = sync_count(len(batches)) if sync_count is not None else len(batches)
     for batch in batches:
         rows = [list(contexts[i][0]) + list(contexts[i][1]) for i in batch]

@@ -62,6 +62,17 @@ def phase_memory(info, phase: str, out: dict[str, float]) -> None:
 SUBPHASES = ("rescore_teacher", "rescore_contrast")  # timed inside rescore; logged beside it
 
 
+def _prefix_tally(ctx: RLContext) -> tuple[float, float]:
+    """The actor's and the reference's (tokens scored, tokens a shared prefix saved) since the last update."""
+    scored = shared = 0.0
+    for model in (ctx.models.train_model, ctx.models.ref_model):
+        scorer = getattr(model, "module", model)  # DDP keeps the scorer in .module; FSDP2 modifies it in place
+        if hasattr(scorer, "take_tally"):
+            a, b = scorer.take_tally()
+            scored, shared = scored + a, shared + b
+    return scored, shared
+
+
 def update_metrics(
     ctx: RLContext,
     step: int,
@@ -80,8 +91,12 @@ def update_metrics(
     `seedcli.rollout.episode_metrics` of the batch's episodes; `weights` the update's loss coefficients."""
     info, plan, episodes, samples = ctx.info, ctx.plan, batch.episodes, scored.samples
     active, n_gate = _gate_active_sum(scored.mine, weights.opd_beta)
+    scored_tokens, shared_tokens = _prefix_tally(ctx)
     stats = torch.tensor(
-        [scored.shift_sum, float(scored.shift_n), float(scored.forwards.get("padding", 0)), active, n_gate],
+        [
+            scored.shift_sum, float(scored.shift_n), float(scored.forwards.get("padding", 0)), active, n_gate,
+            scored_tokens, shared_tokens,
+        ],  # fmt: skip
         dtype=torch.float64,
         device=info.device,
     )
@@ -132,6 +147,9 @@ def update_metrics(
         "perf/gen_tokens_per_s": tokens_gen / timing["rollout"] if timing["rollout"] > 0 else 0.0,
         "dist/padding_forwards_rescore": stats[2],
         "rescore/pad_forward_frac": stats[2] / forwards_all if forwards_all else 0.0,
+        # of the tokens the update and re-scoring forwards covered, the share a micro-batch's common prefix covered
+        # once for all its rows (`share_prefix`): the forward compute saved
+        "perf/prefix_shared_frac": stats[6] / stats[5] if stats[5] else 0.0,
         **sync,
         **log.mem,
     }

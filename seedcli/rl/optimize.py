@@ -22,6 +22,7 @@ import torch
 from seedcli.errors import UserError
 from seedcli.rl.batching import VisionFn, collate, padding_sample, plan_micro_batches
 from seedcli.rl.distributed import DistInfo, all_gather_object, all_reduce_, gradient_sync, reshard
+from seedcli.rl.logprobs import shares_prefix
 from seedcli.rl.losses import (
     high_entropy_push_frac,
     low_var_kl,
@@ -200,6 +201,7 @@ def train_update(
     samples must be re-scored. A non-finite loss or grad norm on any rank skips that step on every rank and ends the
     update early (the rest of its mini-batches come from the same data and would fail the same way)."""
     reshard(model)
+    by_prefix = shares_prefix(model)  # one game's samples in one micro-batch: the scorer runs their prefix once
     stats = LossStats()
     token_stats: list[torch.Tensor] = []  # [2, N] per micro-batch: entropy and OPD weight of each response token
     grad_norms: list[float] = []
@@ -208,7 +210,7 @@ def train_update(
     model.train()
     optimizer.zero_grad(set_to_none=True)
     for j, shares in enumerate(plan):
-        mbp = plan_micro_batches(samples, shares, info.rank, micro_tokens, opd=weights.opd_coef > 0)
+        mbp = plan_micro_batches(samples, shares, info.rank, micro_tokens, opd=weights.opd_coef > 0, by_prefix=by_prefix)
         # DDP and FSDP average gradients over ranks, so each rank's loss carries a factor `world`
         micro: list[tuple[list[TurnSample], float]] = [
             ([samples[i] for i in mb], float(info.world)) for mb in mbp.micro
