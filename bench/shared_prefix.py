@@ -6,7 +6,9 @@ SmolLM2 tokens), and with the option on the samples of one game share a micro-ba
 common prefix once.
 
 Reported per setting: the phases' seconds; then the ratios, whether the two played the same episodes, and how far
-the update's loss, KL and gradient norm moved (float rounding: the computation is the same up to it).
+the update's loss, KL and gradient norm moved (float rounding: the computation is the same up to it). The rollout is
+the same work in both, so its ratio says how much the machine's load differed between them (1.00x on a quiet one);
+`--first on` runs the settings in the other order.
 
     .venv/bin/python bench/shared_prefix.py --model runs/method-check/models/agent  # a SmolLM2 warm start, EZPoints
     .venv/bin/python bench/shared_prefix.py --tiny                                  # the tiny model built in code
@@ -63,6 +65,7 @@ def main() -> int:
     ap.add_argument("--algo", default="grpo")
     ap.add_argument("--analyzer", default="none")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--first", choices=("off", "on"), default="off", help="which setting runs first")
     ap.add_argument("extra", nargs="*", help="more key=value options for both runs")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="shared-prefix-") as tmp:
@@ -77,8 +80,10 @@ def main() -> int:
         if model is None or not (model / "config.json").exists():
             print("error: --model DIR (a model directory) or --tiny", file=sys.stderr)
             return 2
-        off = one_update(args, model, Path(tmp) / "off", False)
-        on = one_update(args, model, Path(tmp) / "on", True)
+        runs = {}
+        for share in (False, True) if args.first == "off" else (True, False):
+            runs[share] = one_update(args, model, Path(tmp) / str(share), share)
+        off, on = runs[False], runs[True]
     ratio = {p: off["times"][p] / max(on["times"][p], 1e-9) for p in PHASES}
     both = (off["times"]["rescore"] + off["times"]["update"]) / max(on["times"]["rescore"] + on["times"]["update"], 1e-9)
     same = "yes" if off["played"] == on["played"] and off["played"] else "NO"
@@ -89,7 +94,8 @@ def main() -> int:
     )
     print(
         f"shared prefix bench: rescore {ratio['rescore']:.2f}x | update {ratio['update']:.2f}x | rescore+update "
-        f"{both:.2f}x | whole update {ratio['step']:.2f}x | same episodes: {same} | max relative change of "
+        f"{both:.2f}x | whole update {ratio['step']:.2f}x | rollout {ratio['rollout']:.2f}x (the same work: how much "
+        f"the machine's load differed) | same episodes: {same} | max relative change of "
         f"{'/'.join(k.split('/')[1] for k in COMPARED)} {moved:.1e}"
     )
     return 0
