@@ -101,6 +101,7 @@ def test_seed_with_static_skills(seed_run):
         assert r["sync/probe_mean_abs_diff"] < 1e-3  # the hf engine shares the live weights
         assert r["actor/skipped"] == 0.0 and r["actor/optimizer_steps"] >= 1
         assert r["rollout/episodes"] == 4 and r["env/episode_length"] <= 2
+        assert 0.0 < r["perf/prefix_shared_frac"] < 1.0  # share_prefix (on by default) ran some prompts' starts once
     manifest = json.loads((seed_run / "manifest.json").read_text())
     assert manifest["status"] == "complete"
     outputs = {o["path"] for o in manifest["outputs"]}

@@ -148,3 +148,12 @@ def test_gradients_over_two_ranks_equal_the_full_forwards(tmp_path, fsdp):
         tokens, saved = out["tallyTrue"]
         assert out["tallyFalse"] == [tokens, 0] and tokens > 0
         assert saved == (0 if fsdp else 3 * 40)  # FSDP2 runs whole rows; DDP ran the 40 shared tokens once for 4 rows
+
+
+def test_share_prefix_is_on_by_default_and_not_hashed():
+    from seedcli.config import build_config
+
+    default = build_config("rl", None, {"env": "ezpoints"})
+    off = build_config("rl", None, {"env": "ezpoints"}, overrides=["share_prefix=false"])
+    assert default.share_prefix is True and off.share_prefix is False
+    assert off.config_hash() == default.config_hash()  # the same computation up to float rounding
