@@ -17,8 +17,9 @@
 # Across sittings on fresh machines (runs/ gone): the check saves its record without weights in $RECORD
 # (docs/method-check/record, committed); RESUME=1 on a machine without $RUNS restores it, rebuilds the warm start and
 # the Stage-1 sft with the same commands, checks their sha256 against the record (the Stage-1 episodes the warm start
-# played are kept when it is the same), and runs only what is left. On a machine that kept $RUNS, RESUME=1 also
-# continues an rl run that stopped after a checkpoint (`seed rl --resume`) instead of starting it again.
+# played are kept when it is the same), and runs only what is left. RESUME=1 also continues an interrupted eval from
+# the episodes it finished (`seed eval --resume`; the record keeps them) and, on a machine that kept $RUNS, an rl run
+# from its last checkpoint (`seed rl --resume`), instead of starting them again.
 #   python scripts/method_check_archive.py save --runs runs/method-check --to docs/method-check/record  # mid-check
 # Every command and its wall time are appended to $RUNS/commands.jsonl; $RUNS/index.json names the run of each step.
 # The body is one { } block that ends in `exit`: bash reads all of it before running any, so editing this file
@@ -105,7 +106,9 @@ pool() {
   [ $failed = 0 ] || { echo "some steps failed; rerun with RESUME=1 to redo only those" >&2; exit 1; }
 }
 # eval_cmd <name> <model>: a pool line evaluating <model> on the test games
-eval_cmd() { printf '%s\tseed eval -c %s --runs-dir %s --model %s%s --json\n' "$1" "$CONFIG" "$RUNS" "$2" "${EO:+ $EO}"; }
+# (RESUME=1: an interrupted eval of it continues from the episodes it finished)
+# shellcheck disable=SC2086  # the engine override is one word or none
+eval_cmd() { $PY scripts/method_check_steps.py --line "$1" seed eval -c "$CONFIG" --runs-dir "$RUNS" --model "$2" $EO --json; }
 # done_step <name>: the step has a successful entry in index.json (RESUME=1 keeps it)
 done_step() { $PY -c "import json,sys; d=json.load(open('$RUNS/index.json')); sys.exit(0 if '$1' in d else 1)" 2>/dev/null; }
 run_of() { $PY -c "import json; print(json.load(open('$RUNS/index.json'))['$1'])"; }

@@ -46,7 +46,8 @@ def sha256(path: Path) -> str:
 
 def _left_out(rel: Path) -> bool:
     """Weights and checkpoints stay out of the record (checkpoints/ holds weights and optimiser states)."""
-    return "checkpoints" in rel.parts or rel.suffix in WEIGHT_SUFFIXES or rel.name == ".lock"
+    # an interrupted run's writer.lock names a process of this machine: a later sitting's --resume takes the run over
+    return "checkpoints" in rel.parts or rel.suffix in WEIGHT_SUFFIXES or rel.name in (".lock", "writer.lock")
 
 
 def _rebase(index: dict, old: str, new: str) -> dict:

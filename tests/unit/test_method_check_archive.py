@@ -35,6 +35,8 @@ def _check(runs: Path) -> dict:
         "rl/s0/metrics.jsonl": b'{"step": 1}\n',
         "eval/e0/results.json": b'{"micro_success": 0.5}',
         "commands.jsonl": b'{"name": "warmstart"}\n',
+        "eval/e1/episodes.jsonl": b'{"won": true}\n',  # an eval the sitting's end interrupted
+        "eval/e1/writer.lock": b'{"pid": 4242}',
         ".lock": b"",
     }
     for rel, data in files.items():
@@ -60,7 +62,7 @@ def test_save_keeps_all_but_weights_and_rebases_the_index(archive, tmp_path):
     assert archive.save(runs, record) == 0
     kept = sorted(str(p.relative_to(record)) for p in record.rglob("*") if p.is_file())
     assert kept == [
-        "commands.jsonl", "eval/e0/results.json", "index.json", "models/agent/warmstart.json",
+        "commands.jsonl", "eval/e0/results.json", "eval/e1/episodes.jsonl", "index.json", "models/agent/warmstart.json",
         "rl/g0/metrics.jsonl", "rl/s0/metrics.jsonl", "sft/s1/manifest.json", "weights.json",
     ]  # fmt: skip
     index = json.loads((record / "index.json").read_text())

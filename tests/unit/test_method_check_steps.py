@@ -1,5 +1,6 @@
 """scripts/method_check_steps.py: the rl and eval lines of a method check's pool, and RESUME=1 continuing an rl run
-that stopped after a checkpoint (on a machine that kept runs/) instead of starting it again."""
+that stopped after a checkpoint (on a machine that kept runs/), or an eval from the episodes it finished, instead of
+starting them again."""
 
 from __future__ import annotations
 
@@ -77,3 +78,23 @@ def test_eval_lines_only_for_rl_runs_that_finished(mc_steps, check):
     assert mc_steps.steps(str(config), "eval", {"RUNS": str(runs)}) == [
         f"eval_seed_self_s1\tseed eval -c {config} --runs-dir {runs} --from runs/rl/r1 --json"
     ]
+
+
+def test_resume_continues_an_eval_from_the_episodes_it_finished(mc_steps, check):
+    _, runs = check
+    env = {"RUNS": str(runs), "RESUME": "1"}
+    cmd = f"seed eval -c mc.yaml --runs-dir {runs} --model models/agent engine=hf --json"
+    argv = ["/venv/bin/seed", *cmd.split()[1:]]
+    for run_id, status, episodes in (
+        ("20261204T100000Z-e", "running", "{}\n"),  # killed with the sitting: continued
+        ("20261204T110000Z-e", "running", ""),  # nothing finished yet: nothing to continue
+        ("20261204T120000Z-e", "complete", "{}\n"),
+    ):
+        run = runs / "eval" / run_id
+        run.mkdir(parents=True)
+        (run / "manifest.json").write_text(json.dumps({"stage": "eval", "status": status, "argv": argv}))
+        (run / "episodes.jsonl").write_text(episodes)
+    assert mc_steps.line("eval_warm", cmd, env) == f"eval_warm\t{cmd} --resume {runs / 'eval' / '20261204T100000Z-e'}"
+    other = cmd.replace("models/agent", "sft/model")  # another model: another command
+    assert mc_steps.line("eval_start", other, env) == f"eval_start\t{other}"
+    assert mc_steps.line("eval_warm", cmd, {**env, "RESUME": "0"}) == f"eval_warm\t{cmd}"
