@@ -65,7 +65,8 @@ SUBPHASES = ("rescore_teacher", "rescore_contrast")  # timed inside rescore; log
 def _prefix_tally(ctx: RLContext) -> tuple[float, float]:
     """The actor's and the reference's (tokens scored, tokens a shared prefix saved) since the last update."""
     scored = shared = 0.0
-    for model in (ctx.models.train_model, ctx.models.ref_model):
+    models = getattr(ctx, "models", None)  # a context of metrics alone (the tests' stand-ins) has no models
+    for model in (models.train_model, models.ref_model) if models is not None else ():
         scorer = getattr(model, "module", model)  # DDP keeps the scorer in .module; FSDP2 modifies it in place
         if hasattr(scorer, "take_tally"):
             a, b = scorer.take_tally()
