@@ -124,9 +124,14 @@ def restore(record: Path, runs: Path) -> int:
     return 0
 
 
+def _recorded(runs: Path) -> dict[str, str]:
+    """The record's sha256 of each weight file it left out (none before a record was restored)."""
+    return json.loads((runs / WEIGHTS_FILE).read_text())["sha256"] if (runs / WEIGHTS_FILE).exists() else {}
+
+
 def verify(runs: Path) -> int:
     """The rebuilt models against the recorded sha256: a difference is said, in machine.json's note too."""
-    recorded = json.loads((runs / WEIGHTS_FILE).read_text())["sha256"] if (runs / WEIGHTS_FILE).exists() else {}
+    recorded = _recorded(runs)
     if not recorded:
         return 0
     index = json.loads((runs / "index.json").read_text())
@@ -147,7 +152,7 @@ def verify(runs: Path) -> int:
 def verify_warm(runs: Path) -> int:
     """Right after the warm start's rebuild: the steps it played are kept if it has the recorded sha256, else they
     are forgotten (index.json) so that the check plays them again with the rebuilt model."""
-    recorded = json.loads((runs / WEIGHTS_FILE).read_text())["sha256"] if (runs / WEIGHTS_FILE).exists() else {}
+    recorded = _recorded(runs)
     warm = runs / WARM
     if WARM not in recorded or not warm.exists():
         return 0

@@ -28,6 +28,7 @@ from torch.utils.checkpoint import checkpoint
 
 from seedcli.precision import autocast
 from seedcli.rl.batching import VisionFn, pack_by_length, pack_by_prefix, pad_right
+from seedcli.rl.distributed import unwrap
 from seedcli.rl.samples import BLANK_IMAGE
 
 # A score function: (input_ids [B, T], attention_mask [B, T], response_mask [B, T]) → per-token log-probs [B, T];
@@ -289,7 +290,7 @@ class Scorer(torch.nn.Module):
 
 def shares_prefix(score_fn: ScoreFn) -> bool:
     """Whether a score function (a `Scorer`, bare, under FSDP2 or inside DDP) runs its rows' common prefix once."""
-    return bool(getattr(getattr(score_fn, "module", score_fn), "share_prefix", False))
+    return bool(getattr(unwrap(score_fn), "share_prefix", False))
 
 
 @torch.no_grad()
@@ -316,16 +317,17 @@ def score_responses(
     `sync_count(n)` → the largest n over all ranks: under FSDP every forward is a set of collectives, so a rank with
     fewer micro-batches (or none) runs padding forwards until every rank has run the same number."""
     out: list[torch.Tensor | None] = [None] * len(contexts)
-    lengths = [len(p) + len(r) for p, r in contexts]
+    sequences = [list(p) + list(r) for p, r in contexts]
+    lengths = [len(seq) for seq in sequences]
     if by_prefix is None:
         by_prefix = shares_prefix(score_fn)
     if by_prefix:
-        batches = pack_by_prefix([list(p) + list(r) for p, r in contexts], lengths, max_tokens)
+        batches = pack_by_prefix(sequences, lengths, max_tokens)
     else:
         batches = pack_by_length(lengths, max_tokens)
     total = sync_count(len(batches)) if sync_count is not None else len(batches)
     for batch in batches:
-        rows = [list(contexts[i][0]) + list(contexts[i][1]) for i in batch]
+        rows = [sequences[i] for i in batch]
         ids, attn = pad_right(rows, pad_id)
         resp = torch.zeros_like(ids, dtype=torch.float32)  # [B, T]
         for b, i in enumerate(batch):

@@ -62,13 +62,12 @@ def phase_memory(info, phase: str, out: dict[str, float]) -> None:
 SUBPHASES = ("rescore_teacher", "rescore_contrast")  # timed inside rescore; logged beside it
 
 
-def _prefix_tally(ctx: RLContext) -> tuple[float, float]:
-    """The actor's and the reference's (tokens scored, tokens a shared prefix saved) since the last update."""
+def take_prefix_tally(models) -> tuple[float, float]:
+    """The actor's and the reference's (tokens scored, tokens a shared prefix saved) since the last call."""
     scored = shared = 0.0
-    models = getattr(ctx, "models", None)  # a context of metrics alone (the tests' stand-ins) has no models
-    for model in (models.train_model, models.ref_model) if models is not None else ():
-        scorer = getattr(model, "module", model)  # DDP keeps the scorer in .module; FSDP2 modifies it in place
-        if hasattr(scorer, "take_tally"):
+    for model in (models.train_model, models.ref_model):
+        scorer = D.unwrap(model) if model is not None else None  # DDP keeps the scorer inside; FSDP2 is the scorer
+        if scorer is not None:
             a, b = scorer.take_tally()
             scored, shared = scored + a, shared + b
     return scored, shared
@@ -87,12 +86,14 @@ def update_metrics(
     sync: dict[str, float],
     log: PhaseLog,
     weights: LossWeights,
+    prefix_tally: tuple[float, float] = (0.0, 0.0),
 ) -> dict[str, Any]:
     """The update's metrics.jsonl record (every rank computes it; rank 0 writes). `episode_summary` is
-    `seedcli.rollout.episode_metrics` of the batch's episodes; `weights` the update's loss coefficients."""
+    `seedcli.rollout.episode_metrics` of the batch's episodes; `weights` the update's loss coefficients;
+    `prefix_tally` this rank's (tokens scored, tokens a shared prefix saved) in the update (`take_prefix_tally`)."""
     info, plan, episodes, samples = ctx.info, ctx.plan, batch.episodes, scored.samples
     active, n_gate = _gate_active_sum(scored.mine, weights.opd_beta)
-    scored_tokens, shared_tokens = _prefix_tally(ctx)
+    scored_tokens, shared_tokens = prefix_tally
     stats = torch.tensor(
         [
             scored.shift_sum, float(scored.shift_n), float(scored.forwards.get("padding", 0)), active, n_gate,

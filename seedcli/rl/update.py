@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from seedcli.rl.analyse import analyse, gather_episodes, in_rollout_analysis
 from seedcli.rl.context import RLContext, loss_weights
-from seedcli.rl.metrics import PhaseLog, update_metrics
+from seedcli.rl.metrics import PhaseLog, take_prefix_tally, update_metrics
 from seedcli.rl.optimize import train_update
 from seedcli.rl.rescore import rescore, skill_shift
 from seedcli.rl.run_log import sample_record, write_dumps
@@ -98,7 +98,7 @@ def update(ctx: RLContext, rollout: Rollout, sampler: Any, step: int, want_sampl
     log.memory("refresh")
     record = update_metrics(
         ctx, step, epoch=sampler.epoch, games=len(games), batch=batch, episode_summary=rollout.summary(batch.episodes),
-        scored=scored, result=result, sync=sync, log=log, weights=weights,
+        scored=scored, result=result, sync=sync, log=log, weights=weights, prefix_tally=take_prefix_tally(ctx.models),
     )  # fmt: skip
     threshold = result.metrics.get("actor/entropy_top20_threshold")
     return record, sample_record(ctx, step, batch, scored, threshold) if want_sample else None
