@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def play(engine, env, tasks, args, cache_mb: int) -> dict:
+def play(engine, env, tasks, args, cache_mb: int, instrument=None) -> dict:
+    """Play `tasks` x `args.group` episodes on `engine` (continuous batching); `instrument(batcher)` is called on the
+    batcher before it serves (bench/hf_decode.py times its phases)."""
     from seedcli.envs.pool import EnvPool
     from seedcli.rollout import EpisodeSpec, ModelPolicy, RolloutSettings, play_episodes
 
@@ -49,6 +51,8 @@ def play(engine, env, tasks, args, cache_mb: int) -> dict:
     def scheduler():  # keep the batcher, to read its counters afterwards
         s = make()
         batchers.append(s.batcher)
+        if instrument is not None:
+            instrument(s.batcher)
         return s
 
     policy.scheduler = scheduler

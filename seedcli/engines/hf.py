@@ -11,6 +11,7 @@ import os
 import random
 from typing import Any
 
+from seedcli.engines.attention import register as register_grouped_sdpa
 from seedcli.engines.base import (
     Completion,
     completion_text,
@@ -20,7 +21,7 @@ from seedcli.engines.base import (
     stop_token_ids,
     vision_pad_ids,
 )
-from seedcli.engines.batching import ContinuousBatcher, race_choice
+from seedcli.engines.batching import SPARE_COLUMNS, ContinuousBatcher, race_choice
 from seedcli.engines.vision import expand_image_tokens, load_image_processor, vision_inputs
 from seedcli.precision import compute_dtype
 
@@ -39,7 +40,7 @@ class HFEngine:
         dtype: str | None = None,
         seed: int = 0,
         max_batch: int = 16,
-        attn_implementation: str = "sdpa",
+        attn_implementation: str | None = None,
         prefix_cache_mb: int = 1024,
     ) -> None:
         import torch
@@ -51,6 +52,7 @@ class HFEngine:
         self.max_batch = max_batch
         # continuous batching keeps prompts' key/value states for reuse, up to this much (0: off)
         self.prefix_cache_bytes = int(prefix_cache_mb) << 20
+        self.kv_spare = SPARE_COLUMNS  # free key/value columns a batcher keeps for decode steps (0: concatenate)
         self.weights_version = 0  # bumped by update_weights: a batcher's stored prompt states are then stale
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.vision = is_vision_model(model_dir)
@@ -61,6 +63,8 @@ class HFEngine:
             model_class = AutoModelForImageTextToText
             self.image_processor = load_image_processor(model_dir)
         self.dtype = _torch_dtype(dtype, self.device)  # auto: bf16 on a GPU or a CPU with bf16 instructions
+        if attn_implementation is None:  # text models: sdpa without repeating key/value heads (engines.attention)
+            attn_implementation = "sdpa" if self.vision else register_grouped_sdpa()
         self.model = model_class.from_pretrained(
             model_dir, dtype=self.dtype, attn_implementation=attn_implementation
         ).to(self.device)
@@ -284,7 +288,9 @@ class HFEngine:
         requests decode together, each leaving when it is done; prompts that begin like earlier ones prefill only
         their new tail (`seedcli.engines.prefix_cache`)."""
 
-        return ContinuousBatcher(self, max_rows=self.max_batch, prefix_cache_bytes=self.prefix_cache_bytes)
+        return ContinuousBatcher(
+            self, max_rows=self.max_batch, prefix_cache_bytes=self.prefix_cache_bytes, spare=self.kv_spare
+        )
 
     def update_weights(self, state_dict_or_model: Any) -> None:
         """Copy weights in place from a state dict (Hugging Face names) or a model; tied lm_head may be absent."""
