@@ -63,8 +63,8 @@ class HFEngine:
             model_class = AutoModelForImageTextToText
             self.image_processor = load_image_processor(model_dir)
         self.dtype = _torch_dtype(dtype, self.device)  # auto: bf16 on a GPU or a CPU with bf16 instructions
-        if attn_implementation is None:  # text models: sdpa without repeating key/value heads (engines.attention)
-            attn_implementation = "sdpa" if self.vision else register_grouped_sdpa()
+        if attn_implementation is None:  # sdpa without repeating key/value heads (engines.attention)
+            attn_implementation = register_grouped_sdpa()
         self.model = model_class.from_pretrained(
             model_dir, dtype=self.dtype, attn_implementation=attn_implementation
         ).to(self.device)

@@ -143,3 +143,26 @@ def test_scoring_places_image_tokens_with_3d_positions(engine):
     assert not torch.equal(positions[0, 0], torch.arange(x.shape[1]))  # the 9 image tokens do not take 9 steps
     assert torch.allclose(scored, logp(position_ids=positions), atol=1e-4)
     assert (scored - logp()).abs().max() > 1e-3  # without the image token types: 1-D positions, other log-probs
+
+
+def test_grouped_attention_gives_sdpas_tokens_on_the_vlm(vl_dir, engine):
+    """The engine's grouped-query attention (Qwen2.5-VL's text decoder groups its heads; the vision tower does not)
+    samples what transformers' sdpa samples, on a padded batch of two prompts of different lengths."""
+    from seedcli.engines import load_engine
+    from seedcli.engines.attention import GROUPED_SDPA
+
+    assert engine.model.config.text_config._attn_implementation == GROUPED_SDPA
+    assert engine.model.config.text_config.num_attention_heads > engine.model.config.text_config.num_key_value_heads
+    plain = load_engine("hf", vl_dir, device="cpu", attn_implementation="sdpa")
+    short = _prompt(engine)
+    long = engine.render(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Push the box left, then up. " * 4}]}]
+    )
+    kw = dict(seeds=[4, 5], images=[[_room(4)], [_room(5)]], temperature=1.0, max_new_tokens=8)
+    grouped, reference = engine.generate([short, long], **kw), plain.generate([short, long], **kw)
+    plain.close()
+    assert [c.token_ids for c in grouped] == [c.token_ids for c in reference]
+    gaps = [
+        abs(a - b) for x, y in zip(grouped, reference, strict=True) for a, b in zip(x.logprobs, y.logprobs, strict=True)
+    ]
+    assert gaps and max(gaps) < 1e-4
