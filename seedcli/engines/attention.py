@@ -60,7 +60,7 @@ def grouped_sdpa_forward(
     folded = query.reshape(batch, kv_heads, groups * length, dim)
     mask = attention_mask
     if mask is not None:
-        mask = mask[:, :, -length:].expand(batch, 1, length, mask.shape[-1]).repeat(1, 1, groups, 1)
+        mask = mask.expand(batch, 1, length, mask.shape[-1]).repeat(1, 1, groups, 1)
     out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, scale=scaling)
     return out.view(batch, heads, length, dim).transpose(1, 2).contiguous(), None
 

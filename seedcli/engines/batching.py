@@ -263,17 +263,9 @@ class ContinuousBatcher:
         import torch.nn.functional as F  # noqa: N812
 
         width = max(self.mask.shape[1], mask.shape[1])
-        old_rows = len(self.rows)
-        layers = []
-        for old, new in zip(self.cache.layers, cache.layers, strict=True):
-            merged = []
-            for a, b in ((old.keys, new.keys), (old.values, new.values)):
-                out = a.new_zeros((old_rows + b.shape[0], a.shape[1], width + self.spare, a.shape[3]))
-                out[:old_rows, :, width - a.shape[2] : width] = a
-                out[old_rows:, :, width - b.shape[2] : width] = b
-                merged.append(out)
-            layers.append(_buffered_layer_class()(merged[0], merged[1], width, self.spare))
-        self.cache.layers = layers
+        self.cache.layers = [
+            self._buffer([old, new], width) for old, new in zip(self.cache.layers, cache.layers, strict=True)
+        ]
 
         def widen(t: Any) -> Any:  # left-pad the mask's columns up to `width`
             missing = width - t.shape[1]
@@ -303,21 +295,29 @@ class ContinuousBatcher:
 
     def _buffered(self, cache: Any) -> Any:
         """`cache` (a prefill's DynamicCache) with BufferedLayers: its states copied before `spare` free columns."""
-        layers = []
-        for layer in cache.layers:
-            length = layer.keys.shape[2]
-            buffers = []
-            for t in (layer.keys, layer.values):
-                out = t.new_empty((t.shape[0], t.shape[1], length + self.spare, t.shape[3]))
-                out[:, :, :length] = t
-                buffers.append(out)
-            layers.append(_buffered_layer_class()(buffers[0], buffers[1], length, self.spare))
-        cache.layers = layers
+        cache.layers = [self._buffer([layer], layer.keys.shape[2]) for layer in cache.layers]
         return cache
+
+    def _buffer(self, parts: list[Any], width: int) -> Any:
+        """One BufferedLayer holding the rows of the cache layers `parts`, one after another, each aligned on the
+        right of `width` columns (the columns left of a shorter part zero, masked) and `spare` free columns after."""
+        buffers = []
+        for name in ("keys", "values"):
+            first = getattr(parts[0], name)
+            rows = sum(getattr(part, name).shape[0] for part in parts)
+            out = first.new_zeros((rows, first.shape[1], width + self.spare, first.shape[3]))
+            row = 0
+            for part in parts:
+                t = getattr(part, name)
+                out[row : row + t.shape[0], :, width - t.shape[2] : width] = t
+                row += t.shape[0]
+            buffers.append(out)
+        return _buffered_layer_class()(buffers[0], buffers[1], width, self.spare)
 
 
 @functools.cache
 def _buffered_layer_class() -> type:
+    """BufferedLayer, defined on first use: it subclasses transformers' DynamicLayer, imported lazily."""
     from transformers.cache_utils import DynamicLayer
 
     class BufferedLayer(DynamicLayer):
@@ -375,12 +375,6 @@ def _buffered_layer_class() -> type:
             self.start += first
 
     return BufferedLayer
-
-
-def __getattr__(name: str) -> Any:  # BufferedLayer subclasses transformers' DynamicLayer, imported on first use
-    if name == "BufferedLayer":
-        return _buffered_layer_class()
-    raise AttributeError(name)
 
 
 def _plain_cache(engine: Any) -> bool:
