@@ -93,13 +93,27 @@ index.write_text(json.dumps(data, indent=1))
 PYEOF
   if [ "$rc" != 0 ]; then echo "step $name failed (rc $rc): see $LOGS/$name.log" >&2; tail -5 "$LOGS/$name.log" >&2; return "$rc"; fi
 }
+# run_line <name> <command...>: record the step; an rl run's eval follows it at once in the same slot of the pool: the
+# run's checkpoint lives on this machine only, so an eval left for the end of the check would, on a fresh machine of a
+# later sitting, have to play the whole rl run again first
+run_line() {
+  local name=$1 ev evname evcmd
+  record "$@" || return
+  if [[ $name == rl_* ]]; then
+    ev=$($PY scripts/method_check_steps.py --line "eval_${name#rl_}" seed eval -c "$CONFIG" --runs-dir "$RUNS" \
+      --from "$(run_of "$name")" $EO --json)
+    IFS=$'\t' read -r evname evcmd <<< "$ev"
+    # shellcheck disable=SC2086  # split into words on purpose, as the pool's lines
+    record "$evname" $evcmd
+  fi
+}
 # pool: read "name<TAB>command" lines on stdin and run them, at most $JOBS at a time; fails if any failed
 pool() {
   local name cmd failed=0
   while IFS=$'\t' read -r name cmd; do
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
     # shellcheck disable=SC2086  # the command is split into words on purpose (no argument holds a space)
-    record "$name" $cmd &
+    run_line "$name" $cmd &
     sleep 2  # distinct run-directory timestamps
   done
   while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
@@ -199,7 +213,8 @@ PYEOF
     fi
     steps rl; } | pool
 
-  # 3. every final model on the same test rooms (ordinary prompt, no skill)
+  # 3. every final model on the same test rooms (ordinary prompt, no skill): the evals the pool above did not run
+  # after their rl run (an rl step kept from an earlier sitting whose eval had not run)
   steps eval | pool
   $PY scripts/method_check_archive.py save --runs "$RUNS" --to "$RECORD"
 fi

@@ -64,7 +64,7 @@ def steps(config: str, kind: str, env: dict) -> list[str]:
             if kind == "rl":
                 cmd = f"seed rl -c {config} --runs-dir {runs} --model {env['START']} seed={seed} {args}{eo} --json"
                 lines.append(line(f"rl_{name}", cmd, env))
-            elif f"rl_{name}" in index:
+            elif f"rl_{name}" in index and f"eval_{name}" not in index:  # not already evaluated after its run
                 cmd = f"seed eval -c {config} --runs-dir {runs} --from {index[f'rl_{name}']}{eo} --json"
                 lines.append(line(f"eval_{name}", cmd, env))
     return lines

@@ -98,3 +98,14 @@ def test_resume_continues_an_eval_from_the_episodes_it_finished(mc_steps, check)
     other = cmd.replace("models/agent", "sft/model")  # another model: another command
     assert mc_steps.line("eval_start", other, env) == f"eval_start\t{other}"
     assert mc_steps.line("eval_warm", cmd, {**env, "RESUME": "0"}) == f"eval_warm\t{cmd}"
+
+
+def test_eval_lines_skip_runs_evaluated_right_after_they_finished(mc_steps, check):
+    # method_check.sh's pool evaluates each rl run as soon as it finishes; the closing pass only picks up the rest
+    config, runs = check
+    (runs / "index.json").write_text(
+        json.dumps({"rl_grpo_s0": "runs/rl/r0", "eval_grpo_s0": "runs/eval/e0", "rl_grpo_s1": "runs/rl/r1"})
+    )
+    assert mc_steps.steps(str(config), "eval", {"RUNS": str(runs)}) == [
+        f"eval_grpo_s1\tseed eval -c {config} --runs-dir {runs} --from runs/rl/r1 --json"
+    ]
