@@ -529,6 +529,11 @@ class Doc:
                 reading = f"{'higher' if m > 0 else 'lower'} in every seed, beyond the evaluation's noise"
             elif same_sign:
                 reading = "same sign in every seed, within the evaluation's noise"
+            elif len(diffs) < len(c.seeds):  # an unfinished check: a missing seed is not a disagreement
+                agree = all(d > 0 for d in diffs) or all(d < 0 for d in diffs)
+                reading = (f"{len(diffs)} of {len(c.seeds)} seeds finished"
+                           + (f", {'higher' if m > 0 else 'lower'} in each" if agree else ", signs differ")
+                           + ": no reading until all have")
             else:
                 reading = "the seeds do not agree in sign: no difference shown"
             label = f"{ARM_LABELS.get(a, a)} − {ARM_LABELS.get(b, b)}"
