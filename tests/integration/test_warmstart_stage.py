@@ -24,22 +24,34 @@ from tests.helpers_models import SMALL_SHAPE
 # sha256 over the trained tensors (names sorted, raw bytes), from the pre-stage warm_start(...) / `seed model init`
 # at commit 42b0f98 on torch 2.13.0 (CPU, one thread, fp32, ../shared beside the repo as in CI), one set per CPU
 # kernel family torch dispatches to (`torch.backends.cpu.get_cpu_capability()`): the same code rounds differently
-# on an AVX-512 CPU (the Intel machines these were first taken on) and an AVX2 one (AMD EPYC, 2026-12-03)
+# on an AVX-512 CPU (the Intel machines these were first taken on) and an AVX2 one (AMD EPYC, 2026-12-03). Within the
+# AVX-512 family an Intel Xeon with AMX and AVX512-FP16 (2026-12-05) rounds the fp32 sums differently again (its second
+# value below, taken with the code at 594b1e0, which gives 42b0f98's values on the other CPUs): each entry lists every
+# value a known CPU of that family gives, and a CPU that rounds a third way fails until its value is added
 GOLDEN_TORCH = "2.13.0"
 GOLDEN = {
     "AVX512": {
         # warm_start(games=4, epochs=2, seed=0, shape=None, noise=0.3, workers=0, lr=3e-3, check_turns=2,
         # check_skills=1, env="sokoban") on the tiny preset with SMALL_SHAPE (seed 0): prompt weight 0.5, skill writing
-        "small": "6b1312a3f2adac36a9fcb311da9bb193ee07251739d527c8e6fdf0cd1c1ae6cb",
+        "small": (
+            "6b1312a3f2adac36a9fcb311da9bb193ee07251739d527c8e6fdf0cd1c1ae6cb",
+            "836d1e1a469bb66706d5be8458a1860e7b49865bcf1589b77f0677a5be64d546",
+        ),
         # the same with prompt_weight=0.0, skill_writing=False: the response-only loss through rl/logprobs.py
-        "small_response_only": "1be64ec876dd20a1a01910aef2f2ff6233cc04c1428e829879b6d35f97a9014b",
+        "small_response_only": (
+            "1be64ec876dd20a1a01910aef2f2ff6233cc04c1428e829879b6d35f97a9014b",
+            "3c5cfa4a19056d24ce8b1ea7ea1d8a0589f3e3a3760918a747ac8b33bbe67011",
+        ),
         # seed model init --preset tiny --seed 0 --warm-start expert --env sokoban --games 4 --epochs 1 (AGENT_SHAPE)
-        "model_init": "ec9fcc8a6165b709235ab899520757426c4406e85e6a65678f3e00b7aca77675",
+        "model_init": (
+            "ec9fcc8a6165b709235ab899520757426c4406e85e6a65678f3e00b7aca77675",
+            "4b5a373de717313e10a56631fa4b24fc576dc47889c434e4d743a5435ae98a56",
+        ),
     },
     "AVX2": {
-        "small": "01dbc3befd9e46539dd9ecdd3fc5980f2adab11df7a19f01023763586e8fb335",
-        "small_response_only": "87a7ac5b5895f1fbd5d0afa49194ee55805f3aaa2c627bfc0ad34bd63f877afd",
-        "model_init": "dcf7788734435c4acf9070c10af1956ccf8743d02842ed0251c6055175e1e76b",
+        "small": ("01dbc3befd9e46539dd9ecdd3fc5980f2adab11df7a19f01023763586e8fb335",),
+        "small_response_only": ("87a7ac5b5895f1fbd5d0afa49194ee55805f3aaa2c627bfc0ad34bd63f877afd",),
+        "model_init": ("dcf7788734435c4acf9070c10af1956ccf8743d02842ed0251c6055175e1e76b",),
     },
 }
 SMALL = ["games=4", "epochs=2", "noise=0.3", "workers=0", "lr=3e-3", "check_turns=2", "check_skills=1"]
@@ -54,7 +66,7 @@ def weights_sha256(model_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def _golden(key: str) -> str:
+def _golden(key: str) -> tuple[str, ...]:
     if not torch.__version__.startswith(GOLDEN_TORCH):
         pytest.skip(f"golden checksums are from torch {GOLDEN_TORCH}, this is {torch.__version__}")
     capability = torch.backends.cpu.get_cpu_capability()
@@ -85,7 +97,7 @@ def stage_run(tmp_path_factory):
 
 
 def test_the_stage_gives_the_weights_of_the_warm_start_before_it(stage_run):
-    assert weights_sha256(stage_run["run"] / "model") == _golden("small")
+    assert weights_sha256(stage_run["run"] / "model") in _golden("small")
 
 
 def test_the_response_only_loss_gives_the_same_weights_as_before(tmp_path):
@@ -94,7 +106,7 @@ def test_the_response_only_loss_gives_the_same_weights_as_before(tmp_path):
     cfg = WarmStartConfig(**kw, prompt_weight=0.0, skill_writing=False, cache_dir=str(tmp_path / "demos"))
     record = warm_start(model, cfg)
     assert record["skill_examples"] == 0 and record["prompt_weight"] == 0.0
-    assert weights_sha256(model) == _golden("small_response_only")
+    assert weights_sha256(model) in _golden("small_response_only")
 
 
 def test_model_init_warm_start_gives_the_same_weights_as_before(tmp_path):
@@ -103,7 +115,7 @@ def test_model_init_warm_start_gives_the_same_weights_as_before(tmp_path):
     seed_cli("model", "init", "--preset", "tiny", "--out", str(out), "--seed", "0", "--warm-start", "expert",
              "--env", "sokoban", "--games", "4", "--epochs", "1", env=env)  # fmt: skip
     assert json.loads((out / WARMSTART_FILE).read_text())["rebuilt_with_agent_shape"] is True
-    assert weights_sha256(out) == _golden("model_init")
+    assert weights_sha256(out) in _golden("model_init")
     assert not (tmp_path / "runs").exists()  # the short form trains --out in place: no run directory
 
 
