@@ -100,8 +100,9 @@ run_line() {
   local name=$1 ev evname evcmd
   record "$@" || return
   if [[ $name == rl_* ]]; then
-    ev=$($PY scripts/method_check_steps.py --line "eval_${name#rl_}" seed eval -c "$CONFIG" --runs-dir "$RUNS" \
-      --from "$(run_of "$name")" $EO --json)
+    # its line from `steps eval`, the one place that builds eval commands (none when it was evaluated already)
+    ev=$(steps eval | awk -F'\t' -v n="eval_${name#rl_}" '$1 == n')
+    [ -n "$ev" ] || return 0
     IFS=$'\t' read -r evname evcmd <<< "$ev"
     # shellcheck disable=SC2086  # split into words on purpose, as the pool's lines
     record "$evname" $evcmd
