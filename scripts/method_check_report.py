@@ -28,6 +28,7 @@ from seedcli.report.results import load_results  # noqa: E402
 
 ARM_LABELS = {
     "grpo": "GRPO",
+    "grpo_4x4": "GRPO, 4 games × 4",
     "seed": "SEED",
     "seed_guarded": "SEED + guards",
     "seed_opd1": "SEED, λ_opd 1.0",
