@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,21 @@ def test_save_keeps_all_but_weights_and_rebases_the_index(archive, tmp_path):
         "models/agent/model.safetensors": hashlib.sha256(b"warm-weights").hexdigest(),
         "sft_stage1/model/model.safetensors": hashlib.sha256(b"sft-weights").hexdigest(),
     }
+
+
+def test_git_keeps_every_file_a_record_holds(archive, tmp_path):
+    """The committed record (docs/method-check/record) loses nothing to .gitignore: a `models/` pattern that matched at
+    any depth once kept the record's models/agent/warmstart.json out of git, and the document lost its warm start."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    runs, record = tmp_path / "runs" / "mc", tmp_path / "record"
+    _check(runs)
+    archive.save(runs, record)
+    kept = [f"docs/method-check/record/{p.relative_to(record).as_posix()}" for p in record.rglob("*") if p.is_file()]
+    ignored = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", *kept], capture_output=True, text=True
+    ).stdout.split()
+    assert "docs/method-check/record/models/agent/warmstart.json" in kept and ignored == []
 
 
 def test_restore_forgets_the_rebuilt_steps_and_an_rl_run_without_its_eval(archive, tmp_path, capsys):

@@ -176,3 +176,29 @@ def test_report_gives_stage1_kept_fractions_and_the_gain_over_the_start(report, 
     # one PNG per curve that some run logged; the gate curve even though GRPO's rows carry it here too
     figs = {p.name for p in (tmp_path / "doc" / "method-check").glob("*.png")}
     assert figs == {"rollout_success_rate.png", "reward_mean.png", "opd_gate_mean.png"}
+
+
+def test_report_gives_each_runs_paired_gain_over_the_start(report, tmp_path):
+    runs = _check_dir(
+        tmp_path,
+        "env: ezpoints\nmethod_check:\n  seeds: [0, 1]\n  arms:\n    grpo: '--algo grpo'\neval: {limit: 4}\n",
+    )
+    # the start solves games 0 and 1 of 4; seed 0 solves 0, 1, 2, 3 (d = 0, 0, 1, 1); seed 1 solves 1 (d = -1, 0, 0, 0)
+    start = [("a", True), ("a", True), ("a", False), ("a", False)]
+    s0 = [("a", True), ("a", True), ("a", True), ("a", True)]
+    s1 = [("a", False), ("a", True), ("a", False), ("a", False)]
+    index = {
+        "sft_stage1": _stage(runs / "s1", {}),
+        "eval_start": _eval(runs / "eval" / "start", 2, 4, start),
+        "eval_grpo_s0": _eval(runs / "eval" / "g0", 4, 4, s0),
+        "eval_grpo_s1": _eval(runs / "eval" / "g1", 1, 4, s1),
+        "rl_grpo_s0": _rl(runs / "rl" / "g0", [{"timing_s/step": 1.0}]),
+        "rl_grpo_s1": _rl(runs / "rl" / "g1", [{"timing_s/step": 1.0}]),
+    }
+    (runs / "index.json").write_text(json.dumps(index))
+    (runs / "commands.jsonl").write_text("")
+    text = _write_report(report, runs, tmp_path)
+    # seed 0: mean 0.5, sample variance of (0, 0, 1, 1) = 1/3, se = sqrt(1/3 / 4) = 0.2887: +50.0 ± 28.9, 0.5 < 0.577
+    # seed 1: mean -0.25, variance of (-1, 0, 0, 0) = 0.25, se = sqrt(0.25 / 4) = 0.25: -25.0 ± 25.0
+    assert "| GRPO | +50.0 ± 28.9 | -25.0 ± 25.0 | 0 up, 0 down, of 2 |" in text
+    assert report.paired_gain([1] * 10 + [0] * 90) == pytest.approx((0.1, (0.1 * 0.9 * 100 / 99 / 100) ** 0.5))
