@@ -52,6 +52,7 @@ seed runs --runs-dir "$RUNS"
 python - "$RUNS" "$MODEL" "$BEFORE" "$AFTER" "$(( $(date +%s) - t0 ))" <<'PY'
 import json, math, sys
 from pathlib import Path
+from seedcli.report.results import paired_gain
 runs, model, before, after, secs = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
 def metrics(run):
     return json.loads((run / "manifest.json").read_text())["metrics"]
@@ -67,8 +68,7 @@ sb, sa = solved(before), solved(after)
 games = sorted(set(sb) & set(sa))
 if len(games) > 1:
     d = [int(sa[g]) - int(sb[g]) for g in games]
-    mean_d = sum(d) / len(d)
-    se = math.sqrt(sum((x - mean_d) ** 2 for x in d) / (len(d) - 1) / len(d))
+    se = paired_gain(d)[1]
     paired = f" ({d.count(1)} games gained, {d.count(-1)} lost; paired)"
 else:
     se = math.sqrt(pb * (1 - pb) / b["games"] + pa * (1 - pa) / a["games"])

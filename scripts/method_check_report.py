@@ -24,7 +24,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from seedcli.report.plots import plot_lines, read_metrics  # noqa: E402
-from seedcli.report.results import load_results  # noqa: E402
+from seedcli.report.results import load_results, paired_gain  # noqa: E402
 
 ARM_LABELS = {
     "grpo": "GRPO",
@@ -191,9 +191,13 @@ class Check:
 
     def start(self) -> tuple[str, dict | None]:
         """The model every arm starts from: the Stage-1 sft model when there is one, else the warm start."""
-        if "sft_stage1" in self.index:
+        if self.start_step() == "eval_start":
             return "the Stage-1 sft model", self.start_result
         return "the warm start", self.warm_result
+
+    def start_step(self) -> str:
+        """The step that evaluated the model every arm starts from (see `start`)."""
+        return "eval_start" if "sft_stage1" in self.index else "eval_warm"
 
     def plays(self, arm: str, seed: int) -> dict[str, tuple[tuple[str, ...], bool]] | None:
         """Each test game's (actions played, solved) in the eval of `arm`'s final model at `seed` (episodes.jsonl)."""
@@ -222,15 +226,6 @@ class Check:
             if rows:
                 out.append(statistics.fmean(rows))
         return out
-
-
-def paired_gain(diffs: list[int]) -> tuple[float, float]:
-    """The mean of per-game differences (solved after − solved before, each -1, 0 or 1) and its standard error
-    sd/√n with the sample standard deviation (0 for fewer than two games)."""
-    n = len(diffs)
-    g = sum(diffs) / n
-    se = math.sqrt(statistics.variance(diffs) / n) if n > 1 else 0.0
-    return g, se
 
 
 def _analyzer_of(args: str) -> str:
@@ -477,8 +472,7 @@ class Doc:
         """Each run's gain over the start on the same test games, with the paired standard error of that one run's
         difference (game by game: solved after − solved before), and how many seeds are beyond twice it."""
         c = self.c
-        step = "eval_start" if "sft_stage1" in c.index else "eval_warm"
-        before = c.plays_of(step)
+        before = c.plays_of(c.start_step())
         if not before:
             return
         rows = []

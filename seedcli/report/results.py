@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+import statistics
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +157,12 @@ def load_results(run: str | Path) -> dict:
             f"{path}: results of environment {data.get('env')!r}, which this seedcli does not know"
         ) from None
     return data
+
+
+def paired_gain(diffs: Sequence[int]) -> tuple[float, float]:
+    """Two evals of the same games: the mean of the per-game differences (solved after − solved before, each -1, 0
+    or 1) and its standard error sd/√n with the sample standard deviation (0 for fewer than two games)."""
+    n = len(diffs)
+    g = sum(diffs) / n
+    se = math.sqrt(statistics.variance(diffs) / n) if n > 1 else 0.0
+    return g, se
