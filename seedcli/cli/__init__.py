@@ -465,7 +465,8 @@ def report_cmd(
     runs: list[Path] = typer.Argument(..., help="eval run directories"),
     out: Path = typer.Option(Path("reports"), "--out", help="output directory"),
 ) -> None:
-    """Compare eval runs side by side (Markdown table and grouped bar chart)."""
+    """Compare eval runs side by side (Markdown table and grouped bar chart); runs that played the same games get
+    their paired gain over the first run, with its standard error."""
     with cli_errors("report"):
         from seedcli.report.commands import report_command
 

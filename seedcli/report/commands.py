@@ -8,10 +8,10 @@ import orjson
 
 from seedcli.artifacts import atomic_write_bytes, atomic_write_text
 from seedcli.errors import UserError
-from seedcli.report.compare import compare_runs
+from seedcli.report.compare import compare_runs, headline_measure
 from seedcli.report.markdown import describe_model, render_report
 from seedcli.report.plots import METRICS, plot_compare, plot_success_by_type, plot_training_curves
-from seedcli.report.results import RESULTS, env_of, load_results
+from seedcli.report.results import RESULTS, env_of, load_results, per_game
 
 
 def write_eval_outputs(run_dir: Path, results: dict, *, run_id: str, title: str | None = None) -> dict[str, Path]:
@@ -96,7 +96,9 @@ def report_command(run_dirs: list[str | Path], out_dir: str | Path) -> dict[str,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = {"compare_md": out / "compare.md"}
-    atomic_write_text(written["compare_md"], compare_runs(results_list))
+    key = "won" if headline_measure(env_of(loaded[0][1])).per_category == "success_rate" else "score"
+    games = [per_game(run, key) for run, _ in loaded] if len(loaded) > 1 else None
+    atomic_write_text(written["compare_md"], compare_runs(results_list, games))
     written["compare_png"] = plot_compare(results_list, out / "compare.png")
     if len(loaded) == 1:
         run, res = loaded[0]

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from seedcli.envs.base import Environment
 from seedcli.errors import UserError
 from seedcli.report.markdown import marked, metric_label, metric_text, num, partial_line, pct, plural, type_name
-from seedcli.report.results import env_of, ordered_types
+from seedcli.report.results import env_of, ordered_types, paired_gain
 
 
 class Measure(NamedTuple):
@@ -40,8 +40,31 @@ def all_types(results_list: list[tuple[str, dict]]) -> list[str]:
     return [t for t in ordered_types((t for _, r in results_list for t in r["categories"]), env) if t in played]
 
 
-def compare_runs(results_list: list[tuple[str, dict]]) -> str:
-    """Markdown table with one column per run: per-category success, macro, micro, mean episode length."""
+def paired_cells(games: list[dict[str, float] | None]) -> list[str] | None:
+    """Each run's gain over the first on the games both played: the mean per-game difference ± its paired standard
+    error (`paired_gain`), with how many games went up and down; None when the first run's games are unknown or no
+    other run shares two of them. `games`: per run, {task_id: result} (`results.per_game`) or None."""
+    first = games[0] if games else None
+    if not first or len(games) < 2:
+        return None
+    cells, shared = ["reference"], False
+    for other in games[1:]:
+        common = sorted(set(first) & set(other or {}))
+        if len(common) < 2:
+            cells.append("—")
+            continue
+        shared = True
+        d = [other[g] - first[g] for g in common]  # type: ignore[index]
+        g, se = paired_gain(d)
+        up, down = sum(x > 0 for x in d), sum(x < 0 for x in d)
+        mark = " ↑" if g > 2 * se else " ↓" if g < -2 * se else ""
+        cells.append(f"{100 * g:+.1f} ± {100 * se:.1f}{mark} ({up} up, {down} down, of {len(common)})")
+    return cells if shared else None
+
+
+def compare_runs(results_list: list[tuple[str, dict]], games: list[dict[str, float] | None] | None = None) -> str:
+    """Markdown table with one column per run: per-category success, macro, micro, mean episode length; with
+    `games` (per run, its result per game: `results.per_game`), each run's paired gain over the first."""
     if not results_list:
         raise UserError("nothing to compare: pass at least one eval run")
     envs = {r.get("env", "alfworld") for _, r in results_list}
@@ -89,6 +112,15 @@ def compare_runs(results_list: list[tuple[str, dict]]) -> str:
     row("Mean length", [num(r.get("mean_episode_length")) for _, r in results_list])
     notes = []
     splits = {r["split"] for _, r in results_list}
+    paired = paired_cells(games) if games and len(splits) == 1 else None
+    if paired:
+        unit = "success" if measure.per_category == "success_rate" else "score"
+        row(f"Gain over {results_list[0][0]} (paired)", paired)
+        notes.append(
+            f"Gain (paired): per game, {unit} of the run minus {unit} of the first run, over the games both played; "
+            "mean ± its standard error sd(d)/√n, in points. ↑ or ↓: beyond twice the standard error; "
+            "otherwise the two runs are not told apart on these games."
+        )
     if len(splits) > 1:
         notes.append(
             f"The runs are on different splits ({', '.join(sorted(splits))}): their numbers are not comparable."

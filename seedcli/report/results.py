@@ -18,6 +18,7 @@ from seedcli.records import Trajectory
 # 2: per-category results under `categories` (schema 1 named them `task_types`; still read), `env`, scores.
 RESULTS_SCHEMA_VERSION = 2
 RESULTS = "results.json"
+EPISODES = "episodes.jsonl"  # beside results.json: one trajectory per line, as `seed eval` played them
 
 
 def canonical_split(split: str) -> str:
@@ -159,10 +160,37 @@ def load_results(run: str | Path) -> dict:
     return data
 
 
-def paired_gain(diffs: Sequence[int]) -> tuple[float, float]:
+def paired_gain(diffs: Sequence[float]) -> tuple[float, float]:
     """Two evals of the same games: the mean of the per-game differences (solved after − solved before, each -1, 0
-    or 1) and its standard error sd/√n with the sample standard deviation (0 for fewer than two games)."""
+    or 1; or score after − score before) and its standard error sd/√n with the sample standard deviation (0 for
+    fewer than two games)."""
     n = len(diffs)
     g = sum(diffs) / n
     se = math.sqrt(statistics.variance(diffs) / n) if n > 1 else 0.0
     return g, se
+
+
+def per_game(run: str | Path, key: str) -> dict[str, float] | None:
+    """An eval run's result per game, read from its episodes.jsonl: {task_id: the mean over that task's episodes of
+    `key`} (`won` as 1/0, or `score`); None when the run has no episodes file (results.json alone). A line that is
+    not a trajectory is a UserError naming it."""
+    run = Path(run)
+    path = (run if run.is_dir() else run.parent) / EPISODES
+    if not path.exists():
+        return None
+    sums: dict[str, list[float]] = {}
+    with path.open("rb") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+                task, value = str(row["task_id"]), float(row[key])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                raise UserError(
+                    f"{path}:{n}: not an episode with task_id and {key}; rerun `seed eval` for this run"
+                ) from None
+            acc = sums.setdefault(task, [0.0, 0.0])
+            acc[0] += value
+            acc[1] += 1
+    return {task: total / count for task, (total, count) in sums.items()}

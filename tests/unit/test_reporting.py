@@ -541,3 +541,47 @@ def _capture_axes(monkeypatch) -> dict:
 
     monkeypatch.setattr(plots, "_save_png", keep)
     return drawn
+
+
+def _eval_run(root, name, wins: list[bool], split="valid_unseen", episodes_file=True):
+    """An eval run directory as `seed eval` leaves it: results.json and, unless told not to, episodes.jsonl."""
+    from seedcli.records import write_jsonl
+
+    eps = [episode(i, "pick", won, [turn(1)], split=split) for i, won in enumerate(wins)]
+    run = root / name
+    write_eval_outputs(
+        run, summarize_episodes(eps, split=split, partial=True, expected_games=134, wall_time_s=1), run_id=name
+    )
+    if episodes_file:
+        write_jsonl(run / "episodes.jsonl", eps)
+    return run
+
+
+def test_report_gives_each_runs_paired_gain_over_the_first(tmp_path):
+    # 10 games: the first run solves 0-3, the second 2-7 (4 gained, 2 lost), the third has no episodes file
+    first = _eval_run(tmp_path, "a", [i < 4 for i in range(10)])
+    second = _eval_run(tmp_path, "b", [2 <= i < 8 for i in range(10)])
+    third = _eval_run(tmp_path, "c", [True] * 10, episodes_file=False)
+    md = report_command([first, second, third], tmp_path / "rep")["compare_md"].read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| Gain over"))
+    # d = (0,0,+1... ): games 0,1 -1; 4..7 +1; others 0 -> mean 0.2, sample variance (6 - 10*0.04)/9
+    se = math.sqrt((6 - 10 * 0.2**2) / 9 / 10)
+    assert row.split("|")[2:-1] == [" reference ", f" +20.0 ± {100 * se:.1f} (4 up, 2 down, of 10) ", " — "]
+    assert "sd(d)/√n" in md
+    # beyond 2 SE is marked
+    up = _eval_run(tmp_path, "d", [True] * 10)
+    row = next(
+        line
+        for line in report_command([first, up], tmp_path / "rep2")["compare_md"].read_text().splitlines()
+        if line.startswith("| Gain over")
+    )
+    assert "+60.0 ± 16.3 ↑ (6 up, 0 down, of 10)" in row
+    # no row without the first run's games, nor across splits
+    md = report_command([third, second], tmp_path / "rep3")["compare_md"].read_text()
+    assert "Gain over" not in md
+    seen = _eval_run(tmp_path, "e", [True] * 10, split="valid_seen")
+    assert "Gain over" not in report_command([first, seen], tmp_path / "rep4")["compare_md"].read_text()
+    # a tampered episodes file is one line naming it
+    (second / "episodes.jsonl").write_text('{"task_id": "x"}\n')
+    with pytest.raises(UserError, match=r"episodes.jsonl:1: not an episode with task_id and won; rerun `seed eval`"):
+        report_command([first, second], tmp_path / "rep5")
