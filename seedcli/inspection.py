@@ -2,6 +2,7 @@
 
     seed inspect runs/eval/<id>                  # a table of the episodes (id, category, won, score, length), then one in full
     seed inspect runs/eval/<id> --failed         # only the failed episodes
+    seed inspect runs/eval/<id> --plays          # the commonest action sequences, won and lost: how a policy fails
     seed inspect runs/collect/<id> --episode e0003-r01
     seed inspect runs/rl/<id> --step 12          # rl: a sampled update, per-token score shift (seedcli.rl.inspect)
 
@@ -34,6 +35,8 @@ SAMPLES = "samples.jsonl"
 OBSERVATION_CHARS = 400  # an observation is shown up to this many characters
 RESPONSE_CHARS = 300
 TABLE_ROWS = 200  # longer listings end with a count of the rows left out
+PLAYS_ROWS = 20  # --plays lists this many of the commonest action sequences
+PLAY_CHARS = 90  # a play is shown up to this many characters
 IMAGE_KEYS = ("images", "image", "observation_images")  # where a visual environment's record names its images
 
 
@@ -208,8 +211,31 @@ def render_episode(rec: dict[str, Any], base: Path) -> list:
     return out
 
 
+def play_of(rec: dict[str, Any]) -> str:
+    """An episode's actions in order, as one line: joined by spaces ("2 + 10 ="), or by " | " when an action holds a
+    space ("go to desk 1 | open drawer 2")."""
+    actions = [str(t.get("action", "")) for t in rec.get("turns", [])]
+    return (" | " if any(" " in a for a in actions) else " ").join(actions)
+
+
+def plays_table(episodes: list[dict], title: str, rows: int = PLAYS_ROWS):
+    """A rich Table of the commonest plays (`play_of`), each with the episodes that played it, won and lost."""
+    counts: dict[str, list[int]] = {}
+    for rec in episodes:
+        tally = counts.setdefault(play_of(rec), [0, 0])
+        tally[0 if rec.get("won") else 1] += 1
+    table = Table(title=title)
+    for col in ("episodes", "won", "lost"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("actions", no_wrap=True, overflow="ellipsis", max_width=PLAY_CHARS + 20)
+    ranked = sorted(counts.items(), key=lambda kv: (-sum(kv[1]), -kv[1][0], kv[0]))
+    for play, (won, lost) in ranked[:rows]:
+        table.add_row(str(won + lost), str(won), str(lost), abridge(play, PLAY_CHARS) or "(no turn)")
+    return table, len(counts)
+
+
 def show_episodes(
-    run: str | Path, *, episode: str | None = None, failed: bool = False, console=None
+    run: str | Path, *, episode: str | None = None, failed: bool = False, plays: bool = False, console=None
 ) -> dict[str, Any] | None:
     """Print a collect/eval run's episodes: with `episode`, that one in full; else a table (only the failed ones
     with `failed`) and the first listed in full. Returns the episode shown in full (None when none is listed)."""
@@ -238,6 +264,12 @@ def show_episodes(
     if not listed:
         console.print(f"{path}: {summary}; no failed episode to show")
         return None
+    if plays:
+        table, distinct = plays_table(listed, f"commonest plays of {path}" + (" (failed episodes)" if failed else ""))
+        console.print(table)
+        shown = min(distinct, PLAYS_ROWS)
+        console.print(f"{summary}; {distinct} distinct action sequences among {len(listed)} listed, {shown} shown")
+        return None
     console.print(episode_table(listed, f"{'failed episodes' if failed else 'episodes'} of {path}"))
     if len(listed) > TABLE_ROWS:
         console.print(f"… {len(listed) - TABLE_ROWS} more not listed (`--episode ID` shows any of them)")
@@ -253,15 +285,17 @@ def inspect_run(
     step: int | None = None,
     episode: str | None = None,
     failed: bool = False,
+    plays: bool = False,
     console=None,
 ) -> dict[str, Any] | None:
-    """`seed inspect RUN`: an rl run's sampled update (`step`), or a collect/eval run's episodes."""
+    """`seed inspect RUN`: an rl run's sampled update (`step`), or a collect/eval run's episodes (`plays`: their
+    commonest action sequences)."""
     kind, path = locate(run)
     if kind == "rl":
-        if episode is not None or failed:
+        if episode is not None or failed or plays:
             raise UserError(
-                f"{run}: an rl run; --episode and --failed choose episodes of collect and eval runs, an rl run's "
-                "logged samples are chosen with --step N"
+                f"{run}: an rl run; --episode, --failed and --plays read the episodes of collect and eval runs, an "
+                "rl run's logged samples are chosen with --step N"
             )
 
         return show_samples(path, step, console)
@@ -269,4 +303,6 @@ def inspect_run(
         raise UserError(
             f"{run}: not an rl run; --step chooses an rl run's update, here choose an episode with --episode ID"
         )
-    return show_episodes(path, episode=episode, failed=failed, console=console)
+    if plays and episode is not None:
+        raise UserError(f"{run}: --plays lists the commonest action sequences of all episodes; drop --episode")
+    return show_episodes(path, episode=episode, failed=failed, plays=plays, console=console)

@@ -495,14 +495,18 @@ def inspect_cmd(
     step: int | None = typer.Option(None, "--step", help="rl: the update to show (default: the latest with samples)"),
     episode: str | None = typer.Option(None, "--episode", help="collect/eval: the episode to show in full (its id)"),
     failed: bool = typer.Option(False, "--failed", help="collect/eval: list only the episodes that were not won"),
+    plays: bool = typer.Option(
+        False, "--plays", help="collect/eval: the commonest action sequences, each with its episodes won and lost"
+    ),
 ) -> None:
     """Read a run's episodes. Collect or eval run: a table of its episodes (id, category, won, score, length), then
-    one in full (turns, observations, actions, validity, reward, score). Rl run: a sampled episode with its skill
-    and, per response token, ℓ_skill − ℓ_old and the gate, coloured."""
+    one in full (turns, observations, actions, validity, reward, score); with --plays the commonest action
+    sequences instead. Rl run: a sampled episode with its skill and, per response token, ℓ_skill − ℓ_old and the
+    gate, coloured."""
     with cli_errors("inspect"):
         from seedcli.inspection import inspect_run
 
-        inspect_run(run, step=step, episode=episode, failed=failed)
+        inspect_run(run, step=step, episode=episode, failed=failed, plays=plays)
 
 
 def _normalise_resume(argv: list[str]) -> list[str]:

@@ -105,6 +105,28 @@ def test_one_episode_by_id_and_an_unknown_one(tmp_path: Path):
         inspect_run(run, episode="e9")
 
 
+def test_plays_counts_each_action_sequence_won_and_lost(tmp_path: Path):
+    run = make_run(tmp_path, "eval")
+    extra = [
+        trajectory(3, True, "pick", [turn(1, "go to desk 1"), turn(2, "look")]),
+        trajectory(4, False, "pick", [turn(1, "look")]),
+        trajectory(5, False, "pick", [turn(1, "look")]),
+    ]
+    rows = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()] + [e.model_dump() for e in extra]
+    write_jsonl(run / "episodes.jsonl", rows)
+    rec, text = shown(inspect_run, run, plays=True)
+    assert rec is None
+    lines = [ln.split("│")[1:-1] for ln in text.splitlines() if ln.startswith("│")]
+    assert [[c.strip() for c in ln] for ln in lines] == [
+        ["3", "0", "3", "look"],  # the commonest first
+        ["2", "2", "0", "go to desk 1 | look"],  # actions with spaces are joined by " | "
+        ["1", "0", "1", "fly away | jump"],
+    ]
+    assert "6 episodes, 2 won, mean score 0.333; 3 distinct action sequences among 6 listed, 3 shown" in text
+    _, text = shown(inspect_run, run, plays=True, failed=True)
+    assert "(failed episodes)" in text and "go to desk 1 | look" not in text
+
+
 def test_image_observations_are_shown_as_paths(tmp_path: Path):
     run = make_run(tmp_path, "eval")
     (run / "images").mkdir()
@@ -124,8 +146,12 @@ def test_options_of_the_wrong_kind_of_run_are_one_line(tmp_path: Path):
     rl = tmp_path / "rl" / "r"
     rl.mkdir(parents=True)
     (rl / "manifest.json").write_text(json.dumps({"stage": "rl"}))
-    with pytest.raises(UserError, match="an rl run; --episode and --failed choose episodes of collect and eval runs"):
+    with pytest.raises(UserError, match="an rl run; --episode, --failed and --plays read the episodes of collect and"):
         inspect_run(rl, failed=True)
+    with pytest.raises(UserError, match="an rl run; --episode, --failed and --plays"):
+        inspect_run(rl, plays=True)
+    with pytest.raises(UserError, match="--plays lists the commonest action sequences of all episodes; drop --episode"):
+        inspect_run(run, plays=True, episode="e0001")
     assert locate(rl) == ("rl", rl)
     sft = tmp_path / "sft" / "s"
     sft.mkdir(parents=True)
