@@ -203,3 +203,36 @@ def _gate_active_sum(mine: Sequence[TurnSample], beta: float) -> tuple[float, fl
     student = torch.cat([s.old_logp.reshape(-1) for s in scored]).double()  # [N]
     stats = opd_gate_stats(student, teacher, torch.ones_like(student), beta)
     return float(stats["opd/gate_active_frac"]) * student.numel(), float(student.numel())
+
+
+STALL_UPDATES = 3  # updates in a row without a won episode before the run says so
+
+
+class StallWatch:
+    """Says when `STALL_UPDATES` updates in a row had no won episode: every group's episodes then score alike but
+    for invalid-reply penalties, GRPO's episode advantage has nothing to compare and (zero_adv=drop) those updates
+    train next to nothing, so a policy that stopped winning does not come back by itself. Once per such streak."""
+
+    def __init__(self, limit: int = STALL_UPDATES):
+        self.limit = limit
+        self.streak = 0
+        self.last_win: int | None = None
+
+    def observe(self, step: int, record: dict[str, Any]) -> str | None:
+        """The warning to print after update `step` (its metrics `record`), or None."""
+        if record.get("rollout/success_rate", 0.0) > 0:
+            self.streak, self.last_win = 0, step
+            return None
+        self.streak += 1
+        if self.streak != self.limit:
+            return None
+        opd = record.get("opd/token_frac") or 0.0
+        since = f"the last won episode was in update {self.last_win}" if self.last_win else "none won this session"
+        trains = (
+            f" (OPD still trains {100 * opd:.0f}% of the response tokens)" if opd else ", so they train next to nothing"
+        )
+        return (
+            f"updates {step - self.limit + 1}-{step} won no episode ({since}): GRPO's advantage has no outcome to "
+            f"compare{trains}; the policy may have collapsed. `seed eval --from RUN/checkpoints/step_N` tells an "
+            "earlier checkpoint from this one; a lower lr or larger groups make such a fall rarer"
+        )

@@ -68,6 +68,7 @@ from seedcli.rl.context import (
     update_seed,
 )
 from seedcli.rl.distributed import launch, torchrun_command
+from seedcli.rl.metrics import StallWatch
 from seedcli.rl.optimize import NonFiniteGuard
 from seedcli.rl.retire import retirement_for
 from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
@@ -287,6 +288,7 @@ class _TrainingLoop:
     run_dir: Path
     start_step: int
     timing_load: float
+    stall: StallWatch = dataclasses.field(default_factory=StallWatch)
 
     def run(self, env) -> dict:
         ctx, cfg, info = self.ctx, self.ctx.cfg, self.ctx.info
@@ -331,6 +333,9 @@ class _TrainingLoop:
         if record["actor/skipped"] and info.is_main:
             print(f"[rl] warning: update {step} skipped: {record.get('actor/skip_cause')}", file=sys.stderr)
         self.guard.observe(step, bool(record["actor/skipped"]), record.get("actor/skip_cause"))
+        stalled = self.stall.observe(step, record)
+        if stalled and info.is_main:
+            print(f"[rl] warning: {stalled}", file=sys.stderr, flush=True)
         retire = ctx.retirement  # opd_retire adaptive: the teacher-student discrepancy of this update
         if retire is not None:
             retire.observe_update(record)
@@ -474,6 +479,7 @@ def _write_summary(cfg: RLConfig, info, run_dir: Path, start_step: int, trained:
         "final_opd_loss": last.get("opd/loss"),
         "final_val_success_rate": vals[-1]["val/success_rate"] if vals else None,
         "skipped_updates": sum(1 for r in records if r.get("actor/skipped")),
+        "updates_without_a_win": sum(1 for r in records if not r.get("rollout/success_rate")),
         "wall_time_s_session": round(time.perf_counter() - t_run, 2),
         "_metrics_records": len(records),
         "_sample_records": len(read_records_upto(run_dir / SAMPLES, cfg.steps)),

@@ -170,6 +170,21 @@ def test_guard_stops_after_three_in_a_row():
             g.observe(5, True, "c")
 
 
+def test_stall_watch_says_once_per_streak_of_updates_without_a_win():
+    from seedcli.rl.metrics import StallWatch
+
+    w = StallWatch(limit=3)
+    won, lost = {"rollout/success_rate": 0.25}, {"rollout/success_rate": 0.0}
+    said = [w.observe(step, rec) for step, rec in enumerate([won, won, lost, lost, lost, lost, won, lost], start=1)]
+    assert [i + 1 for i, m in enumerate(said) if m] == [5]  # updates 3-5, once; the streak after update 7 is short
+    assert said[4].startswith("updates 3-5 won no episode (the last won episode was in update 2)")
+    assert "so they train next to nothing; the policy may have collapsed" in said[4]
+    fresh = StallWatch(limit=2)
+    fresh.observe(1, {"rollout/success_rate": 0.0, "opd/token_frac": 0.4})
+    msg = fresh.observe(2, {"rollout/success_rate": 0.0, "opd/token_frac": 0.4})
+    assert "(none won this session)" in msg and "(OPD still trains 40% of the response tokens)" in msg
+
+
 # --------------------------------------------------------------------------------------------- checkpoints
 
 
