@@ -265,10 +265,12 @@ def show_episodes(
         console.print(f"{path}: {summary}; no failed episode to show")
         return None
     if plays:
-        table, distinct = plays_table(listed, f"commonest plays of {path}" + (" (failed episodes)" if failed else ""))
+        table, distinct = plays_table(listed, "commonest plays" + (" of the failed episodes" if failed else ""))
         console.print(table)
         shown = min(distinct, PLAYS_ROWS)
-        console.print(f"{summary}; {distinct} distinct action sequences among {len(listed)} listed, {shown} shown")
+        console.print(
+            f"{path}: {summary}; {distinct} distinct action sequences among {len(listed)} listed, {shown} shown"
+        )
         return None
     console.print(episode_table(listed, f"{'failed episodes' if failed else 'episodes'} of {path}"))
     if len(listed) > TABLE_ROWS:

@@ -124,7 +124,7 @@ def test_plays_counts_each_action_sequence_won_and_lost(tmp_path: Path):
     ]
     assert "6 episodes, 2 won, mean score 0.333; 3 distinct action sequences among 6 listed, 3 shown" in text
     _, text = shown(inspect_run, run, plays=True, failed=True)
-    assert "(failed episodes)" in text and "go to desk 1 | look" not in text
+    assert "commonest plays of the failed episodes" in text and "go to desk 1 | look" not in text
 
 
 def test_image_observations_are_shown_as_paths(tmp_path: Path):
