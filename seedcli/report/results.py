@@ -13,7 +13,7 @@ import orjson
 from seedcli.envs import env_class
 from seedcli.envs.base import Environment
 from seedcli.errors import UserError
-from seedcli.records import Trajectory
+from seedcli.records import Trajectory, iter_jsonl
 
 # 2: per-category results under `categories` (schema 1 named them `task_types`; still read), `env`, scores.
 RESULTS_SCHEMA_VERSION = 2
@@ -173,24 +173,18 @@ def paired_gain(diffs: Sequence[float]) -> tuple[float, float]:
 def per_game(run: str | Path, key: str) -> dict[str, float] | None:
     """An eval run's result per game, read from its episodes.jsonl: {task_id: the mean over that task's episodes of
     `key`} (`won` as 1/0, or `score`); None when the run has no episodes file (results.json alone). A line that is
-    not a trajectory is a UserError naming it."""
+    not JSON, or an episode without those fields, is a UserError naming the file."""
     run = Path(run)
     path = (run if run.is_dir() else run.parent) / EPISODES
     if not path.exists():
         return None
     sums: dict[str, list[float]] = {}
-    with path.open("rb") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = orjson.loads(line)
-                task, value = str(row["task_id"]), float(row[key])
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                raise UserError(
-                    f"{path}:{n}: not an episode with task_id and {key}; rerun `seed eval` for this run"
-                ) from None
-            acc = sums.setdefault(task, [0.0, 0.0])
-            acc[0] += value
-            acc[1] += 1
+    for n, row in enumerate(iter_jsonl(path), 1):
+        try:
+            task, value = str(row["task_id"]), float(row[key])
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{path}: episode {n} has no task_id or {key}; rerun `seed eval` for this run") from None
+        acc = sums.setdefault(task, [0.0, 0.0])
+        acc[0] += value
+        acc[1] += 1
     return {task: total / count for task, (total, count) in sums.items()}

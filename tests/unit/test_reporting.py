@@ -583,5 +583,8 @@ def test_report_gives_each_runs_paired_gain_over_the_first(tmp_path):
     assert "Gain over" not in report_command([first, seen], tmp_path / "rep4")["compare_md"].read_text()
     # a tampered episodes file is one line naming it
     (second / "episodes.jsonl").write_text('{"task_id": "x"}\n')
-    with pytest.raises(UserError, match=r"episodes.jsonl:1: not an episode with task_id and won; rerun `seed eval`"):
+    with pytest.raises(UserError, match=r"episodes.jsonl: episode 1 has no task_id or won; rerun `seed eval`"):
         report_command([first, second], tmp_path / "rep5")
+    (second / "episodes.jsonl").write_text('{"task_id": "x", "won": tr')
+    with pytest.raises(UserError, match=r"episodes.jsonl:1: not a valid JSON record"):
+        report_command([first, second], tmp_path / "rep6")
