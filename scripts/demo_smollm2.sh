@@ -52,7 +52,7 @@ seed runs --runs-dir "$RUNS"
 python - "$RUNS" "$MODEL" "$BEFORE" "$AFTER" "$(( $(date +%s) - t0 ))" <<'PY'
 import json, math, sys
 from pathlib import Path
-from seedcli.report.results import paired_gain
+from seedcli.report.results import paired_gain, per_game
 runs, model, before, after, secs = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
 def metrics(run):
     return json.loads((run / "manifest.json").read_text())["metrics"]
@@ -60,14 +60,10 @@ b, a = metrics(before), metrics(after)
 pb, pa = b["wins"] / b["games"], a["wins"] / a["games"]
 # the two evals played the same games: the gain's standard error is the paired one, sd(d)/√n over the games'
 # differences d = solved after − solved before (the unpaired binomial one when an episodes file is missing)
-def solved(run):
-    path = run / "episodes.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-    return {r["task_id"]: bool(r["won"]) for r in rows}
-sb, sa = solved(before), solved(after)
+sb, sa = per_game(before, "won") or {}, per_game(after, "won") or {}
 games = sorted(set(sb) & set(sa))
 if len(games) > 1:
-    d = [int(sa[g]) - int(sb[g]) for g in games]
+    d = [round(sa[g] - sb[g]) for g in games]
     se = paired_gain(d)[1]
     paired = f" ({d.count(1)} games gained, {d.count(-1)} lost; paired)"
 else:
