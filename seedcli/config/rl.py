@@ -97,6 +97,14 @@ class RLConfig(RolloutConfig):
         "mean_std, webshop mean)",
         json_schema_extra=_ENV_DEFAULT,
     )
+    advantage_level: Literal["turn", "episode"] = Field(
+        "turn",
+        description="over what GRPO normalises a group: turn = all its turn-samples (verl-agent's default, "
+        "compute_mean_std_cross_steps=True); episode = its episodes, one score each (=False). Under turn, a group "
+        "whose lost episodes are shorter than its won ones gives the actions every episode ends with (EZPoints' `=`) "
+        "a net push down (docs/method-check-calibration.md)",
+        json_schema_extra={"hash": "if_changed"},
+    )
     val_temperature: float = Field(0.4, ge=0.0, description="sampling temperature for validation episodes")
     # GiGPO's step credit (verl-agent's gigpo/core_gigpo.py; docs/parity.md); hashed only when step_advantage=gigpo
     step_advantage: Literal["none", "gigpo"] = Field(

@@ -65,6 +65,7 @@ def rescore(ctx: RLContext, batch: Batch, step: int, weights: LossWeights) -> Re
         with_skill_context=teacher,
         reward=hooks.reward,
         normalize_std=cfg.advantage_norm == "mean_std",
+        advantage_level=cfg.advantage_level,
         contrast_skills=others,
         skill_mode=cfg.skill_mode,
         step_skills=step_skills,

@@ -69,12 +69,19 @@ def group_advantages(
     group_ids: torch.Tensor | Sequence[Hashable],
     eps: float = 1e-6,
     normalize_std: bool = True,
+    traj_ids: Sequence[Hashable] | None = None,
 ) -> torch.Tensor:
     """(score − group mean) / (group std + eps) per sample, with the unbiased std as in verl's GRPO;
     `normalize_std=False` gives score − group mean (the SEED code's WebShop setting).
 
     `scores` is [N]; `group_ids` [N] (an int tensor or any hashables) names each sample's group.
     A group of one sample has no baseline to compare against and gets advantage 0.
+
+    `traj_ids` [N] (advantage_level episode): the group's mean and std are taken over its trajectories, one score
+    each — the score of the trajectory's first sample in the order given — instead of over all its samples
+    (verl-agent's `compute_grpo_outcome_advantage` with `compute_mean_std_cross_steps=False`, which keeps the first
+    (uid, traj_uid) pair it meets); every sample is then normalised by its group's statistics. A group of one
+    trajectory gets advantage 0.
     """
     scores = torch.as_tensor(scores)
     if scores.dim() != 1:
@@ -90,11 +97,22 @@ def group_advantages(
     n_groups = len(index_of)
     # float64 so a group of large equal scores normalises to exactly 0, not to rounding noise / eps
     s = scores.to(torch.float64)  # [N]
-    count = torch.zeros(n_groups, dtype=torch.float64, device=s.device).index_add_(0, group, torch.ones_like(s))
-    mean = torch.zeros_like(count).index_add_(0, group, s) / count  # [G]
-    centred = s - mean[group]  # [N]
-    sq = torch.zeros_like(count).index_add_(0, group, centred * centred)
+    if traj_ids is not None:  # the statistics over one score per trajectory: its first sample's
+        if len(traj_ids) != len(ids):
+            raise ValueError(f"got {len(ids)} group ids but {len(traj_ids)} trajectory ids")
+        seen: set = set()
+        first = [i for i, key in enumerate(zip(ids, traj_ids, strict=True)) if not (key in seen or seen.add(key))]
+    else:
+        first = list(range(len(ids)))
+    pick = torch.tensor(first, device=s.device)
+    stat_s, stat_group = s[pick], group[pick]
+    count = torch.zeros(n_groups, dtype=torch.float64, device=s.device)
+    count.index_add_(0, stat_group, torch.ones_like(stat_s))
+    mean = torch.zeros_like(count).index_add_(0, stat_group, stat_s) / count  # [G]
+    dev = stat_s - mean[stat_group]
+    sq = torch.zeros_like(count).index_add_(0, stat_group, dev * dev)
     std = torch.sqrt(sq / (count - 1).clamp(min=1))  # [G], unbiased like torch.std
+    centred = s - mean[group]  # [N]
     adv = centred / (std[group] + eps) if normalize_std else centred
     adv = torch.where(count[group] > 1, adv, torch.zeros_like(adv))
     out_dtype = scores.dtype if scores.is_floating_point() else torch.get_default_dtype()
@@ -174,10 +192,12 @@ def build_turn_samples(
     step_skills: Sequence[dict[int, str] | None] | None = None,
     insert_step_skill: Callable[[str, str], str] | None = None,
     gigpo: GiGPOSettings | None = None,
+    advantage_level: str = "turn",
 ) -> list[TurnSample]:
     """Turn-samples of `episodes` (Trajectory records) with GRPO advantages: each turn scores `reward.turn` (the
     environment's `win·won − invalid_penalty·invalid`), normalised over all turn-samples of its group (mean and std,
-    or the mean only). `skills[i]` is episode i's skill (None: no valid skill, so no teacher context and no OPD on its
+    or the mean only); `advantage_level` episode: over the group's episodes, one score each (its first trained
+    turn's; `group_advantages`' traj_ids). `skills[i]` is episode i's skill (None: no valid skill, so no teacher context and no OPD on its
     tokens); `insert_skill(prompt, skill)` is the environment's skill-augmented prompt (the block after its task
     line). Turns without response tokens are dropped. `render=None` leaves the prompts untokenised: render the ones
     this rank needs with `render_samples`. `contrast_skills[i]` (opd_contrast): another episode's skill, inserted
@@ -234,6 +254,7 @@ def build_turn_samples(
             torch.tensor([s.score for s in samples], dtype=torch.float64),
             [s.group_id for s in samples],
             normalize_std=normalize_std,
+            traj_ids=[s.episode_index for s in samples] if advantage_level == "episode" else None,
         )
         for s, a in zip(samples, adv.tolist(), strict=False):
             s.advantage = float(a)

@@ -3,6 +3,7 @@
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -63,3 +64,67 @@ def test_group_advantages_match_torch_std_on_random_groups():
 def test_group_advantages_rejects_mismatched_lengths():
     with pytest.raises(ValueError, match="group ids"):
         group_advantages(torch.zeros(3), [0, 0])
+
+
+def _verl_agent(scores, groups, trajs, cross_steps, std=True):
+    from tests.reference.verl_agent_grpo import compute_grpo_outcome_advantage
+
+    rewards = torch.zeros(len(scores), 3)
+    rewards[:, -1] = torch.tensor(scores)  # the outcome on the last response token, as verl puts it
+    adv, _ = compute_grpo_outcome_advantage(
+        rewards,
+        torch.ones(len(scores), 3),
+        np.array(groups, dtype=object),
+        np.array(trajs, dtype=object),
+        norm_adv_by_std_in_grpo=std,
+        compute_mean_std_cross_steps=cross_steps,
+    )
+    return adv[:, 0]
+
+
+@pytest.mark.parametrize("std", [True, False])
+def test_group_advantages_equal_verl_agent_per_turn_and_per_episode(std):
+    # two groups of three episodes with 1-4 turns each; a turn's score is the episode's outcome minus its own
+    # invalid penalty, so the turns of one episode differ (which one stands for the episode matters)
+    rng = np.random.default_rng(0)
+    scores, groups, trajs = [], [], []
+    for g in ("u0", "u1"):
+        for t in range(3):
+            won = rng.random() < 0.5
+            for _ in range(int(rng.integers(1, 5))):
+                scores.append(10.0 * won - 0.1 * (rng.random() < 0.3))
+                groups.append(g)
+                trajs.append(f"{g}-t{t}")
+    order = rng.permutation(len(scores))  # verl-agent's batch need not hold an episode's turns together
+    scores = [scores[i] for i in order]
+    groups = [groups[i] for i in order]
+    trajs = [trajs[i] for i in order]
+    s64 = torch.tensor(scores, dtype=torch.float64)
+    turn = group_advantages(s64, groups, normalize_std=std)
+    episode = group_advantages(s64, groups, normalize_std=std, traj_ids=trajs)
+    torch.testing.assert_close(turn, _verl_agent(scores, groups, trajs, True, std).double(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(episode, _verl_agent(scores, groups, trajs, False, std).double(), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(turn, episode)
+
+
+def test_turn_level_pushes_down_the_closing_action_when_losses_are_shorter():
+    # one group: a win in 4 turns ("5 + 7 ="), three losses that close after one card in 2 turns ("5 =");
+    # every episode ends with "=", so the closing action's net advantage is the sum over episodes of the last turn's
+    lengths, won = [4, 2, 2, 2], [True, False, False, False]
+    scores = [10.0 * w for n, w in zip(lengths, won, strict=True) for _ in range(n)]
+    trajs = [e for e, n in enumerate(lengths) for _ in range(n)]
+    last = [i for i in range(len(trajs)) if i + 1 == len(trajs) or trajs[i + 1] != trajs[i]]
+    groups = [0] * len(scores)
+    turn = group_advantages(torch.tensor(scores), groups)
+    episode = group_advantages(torch.tensor(scores), groups, traj_ids=trajs)
+    # per turn: mean 4 over 10 turns, so the win's "=" gets +6/σ and each loss's −4/σ: net −6/σ
+    sigma = torch.tensor(scores).std().item()
+    assert sum(turn[i].item() for i in last) == pytest.approx(-6 / (sigma + 1e-6), rel=1e-6)
+    # per episode: mean 2.5 over the 4 episodes, so +7.5/σ' and 3 × −2.5/σ': net 0
+    assert sum(episode[i].item() for i in last) == pytest.approx(0.0, abs=1e-6)
+    assert turn.sum().item() == pytest.approx(0.0, abs=1e-5)  # per turn, the advantages sum to 0 over turns instead
+
+
+def test_group_advantages_rejects_mismatched_traj_ids():
+    with pytest.raises(ValueError, match="trajectory ids"):
+        group_advantages(torch.zeros(3), [0, 0, 0], traj_ids=[0, 1])

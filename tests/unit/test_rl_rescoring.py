@@ -75,6 +75,20 @@ def test_turn_samples_scores_and_group_advantages_by_hand():
     assert samples[0].prompt_ids == fake_render(eps[0].turns[0].prompt)
 
 
+def test_turn_samples_per_episode_advantage_level_by_hand():
+    """advantage_level episode: g1's statistics over its two episodes, each scored by its first turn (10.0 and 0.0,
+    not 10.0, 9.9 and 0.0); every turn is then normalised by them, its own score kept."""
+    eps = [
+        episode("a", "g1", True, [turn(1, True, [5, 6]), turn(2, False, [7])]),
+        episode("b", "g1", False, [turn(1, True, [8, 9, 10])]),
+        episode("c", "g2", False, [turn(1, True, [11]), turn(2, True, [12])]),  # one episode: advantage 0
+    ]
+    samples = build_turn_samples(eps, [None] * 3, None, insert_skill=INSERT_SKILL, advantage_level="episode")
+    mean, std = 5.0, statistics.stdev([10.0, 0.0])
+    expected = [(x - mean) / (std + 1e-6) for x in (10.0, 9.9, 0.0)] + [0.0, 0.0]
+    assert [s.advantage for s in samples] == pytest.approx(expected, rel=1e-5)
+
+
 def _skill_prompt(prompt: str, skill: str) -> str:
     out = INSERT_SKILL(prompt, skill)
     assert SKILL_HEADING in out
