@@ -36,3 +36,13 @@ def run_pipeline(tmp: Path, preset: str, rl_args: tuple[str, ...] = ("--algo", "
     ev = summary(seed_cli("eval", *common, "--from", str(out["rl"]), "--limit", str(eval_limit)))
     out["eval"] = runs / "eval" / ev["run_id"]
     return out
+
+
+def load_script(name: str):
+    """scripts/<name>.py imported as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -5,7 +5,6 @@ says when a rebuilt model differs from the recorded one."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -13,15 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers_cli import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def archive():
-    spec = importlib.util.spec_from_file_location("method_check_archive", ROOT / "scripts" / "method_check_archive.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("method_check_archive")
 
 
 def _check(runs: Path) -> dict:

@@ -3,21 +3,17 @@ the paired differences and their reading, the measures and the cost ratio, each 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers_cli import load_script
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("method_check_report", ROOT / "scripts" / "method_check_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("method_check_report")
 
 
 def _eval(path: Path, wins: int, games: int, plays: list[tuple[str, bool]] | None = None) -> str:

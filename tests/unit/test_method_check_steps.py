@@ -4,21 +4,17 @@ starting them again."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers_cli import load_script
 
 
 @pytest.fixture(scope="module")
 def mc_steps():
-    spec = importlib.util.spec_from_file_location("method_check_steps", ROOT / "scripts" / "method_check_steps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("method_check_steps")
 
 
 @pytest.fixture()

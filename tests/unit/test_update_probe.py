@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from seedcli.envs import get_env
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers_cli import load_script
 
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location("update_probe", ROOT / "scripts" / "update_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("update_probe")
 
 
 def test_expert_states_are_number_op_number_close(probe, tmp_path, monkeypatch):
