@@ -36,9 +36,9 @@ def kind(action: str) -> str:
     return "number" if action.isdigit() else "action"
 
 
-def states(env_name: str, games: int, seed: int) -> list[tuple[str, str]]:
-    """(prompt, expert action) at every state of the noise-free expert's won episodes on `games` training tasks."""
-    env = get_env(env_name)
+def states(env, games: int, seed: int) -> list[tuple[str, str]]:
+    """(prompt, expert action) at every state of the noise-free expert's won episodes on `games` training tasks of
+    the environment `env` (an `Environment`)."""
     demos, _ = env_demonstrations(env, games, seed, noise=0.0, workers=1)
     out = []
     for d in demos:
@@ -65,7 +65,7 @@ def tally(picked: list[tuple[str, str]], replies: list[str], parse_action) -> di
     return {"kinds": counts, "early_close": early_close, "states": len(picked)}
 
 
-def probe(model_dir: str, picked: list[tuple[str, str]], env_name: str, seed: int) -> dict:
+def probe(model_dir: str, picked: list[tuple[str, str]], env, seed: int) -> dict:
     """`tally` of the model's greedy replies (hf engine, fp32) at the `picked` states."""
     engine = HFEngine(model_dir, device="cpu", dtype="float32", seed=seed)
     try:
@@ -73,7 +73,7 @@ def probe(model_dir: str, picked: list[tuple[str, str]], env_name: str, seed: in
         replies = engine.generate(prompts, temperature=0.0, max_new_tokens=96, seed=seed)
     finally:
         engine.close()
-    return tally(picked, [r.text for r in replies], get_env(env_name).parse_action)
+    return tally(picked, [r.text for r in replies], env.parse_action)
 
 
 def main() -> None:
@@ -84,10 +84,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
-    picked = states(args.env, args.games, args.seed)
+    env = get_env(args.env)
+    picked = states(env, args.games, args.seed)
     print(f"{len(picked)} expert states from {args.games} {args.env} training tasks (seed {args.seed})")
     for model in args.models:
-        r = probe(model, picked, args.env, args.seed)
+        r = probe(model, picked, env, args.seed)
         parts = [f"{k} {c['expert']}/{c['states']} expert ({c['valid']} valid)" for k, c in sorted(r["kinds"].items())]
         total = sum(c["expert"] for c in r["kinds"].values())
         print(

@@ -100,8 +100,10 @@ def group_advantages(
     if traj_ids is not None:  # the statistics over one score per trajectory: its first sample's
         if len(traj_ids) != len(ids):
             raise ValueError(f"got {len(ids)} group ids but {len(traj_ids)} trajectory ids")
-        seen: set = set()
-        first = [i for i, key in enumerate(zip(ids, traj_ids, strict=True)) if not (key in seen or seen.add(key))]
+        first_of: dict[tuple, int] = {}
+        for i, key in enumerate(zip(ids, traj_ids, strict=True)):
+            first_of.setdefault(key, i)
+        first = list(first_of.values())
     else:
         first = list(range(len(ids)))
     pick = torch.tensor(first, device=s.device)
@@ -196,9 +198,9 @@ def build_turn_samples(
 ) -> list[TurnSample]:
     """Turn-samples of `episodes` (Trajectory records) with GRPO advantages: each turn scores `reward.turn` (the
     environment's `win·won − invalid_penalty·invalid`), normalised over all turn-samples of its group (mean and std,
-    or the mean only); `advantage_level` episode: over the group's episodes, one score each (its first trained
-    turn's; `group_advantages`' traj_ids). `skills[i]` is episode i's skill (None: no valid skill, so no teacher context and no OPD on its
-    tokens); `insert_skill(prompt, skill)` is the environment's skill-augmented prompt (the block after its task
+    or the mean only); `advantage_level` episode: over the group's episodes, one score each (its first
+    turn-sample's; `group_advantages`' traj_ids). `skills[i]` is episode i's skill (None: no valid skill, so no
+    teacher context and no OPD on its tokens); `insert_skill(prompt, skill)` is the environment's skill-augmented prompt (the block after its task
     line). Turns without response tokens are dropped. `render=None` leaves the prompts untokenised: render the ones
     this rank needs with `render_samples`. `contrast_skills[i]` (opd_contrast): another episode's skill, inserted
     the same way into a second teacher prompt of each of episode i's turns that has an episode-skill prompt.

@@ -15,7 +15,7 @@ def probe():
 
 def test_expert_states_are_number_op_number_close(probe, tmp_path, monkeypatch):
     monkeypatch.setenv("SEEDCLI_CACHE", str(tmp_path))  # the demonstrations are cached there
-    picked = probe.states("ezpoints", games=3, seed=7)
+    picked = probe.states(get_env("ezpoints"), games=3, seed=7)
     kinds = [probe.kind(label) for _, label in picked]
     # every EZPoints game is won by "a + b =" or "a * b =" (game.py), so the noise-free expert plays 4 moves a game
     assert kinds == ["number", "op", "number", "="] * 3
