@@ -24,7 +24,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from seedcli.report.plots import plot_lines, read_metrics  # noqa: E402
-from seedcli.report.results import load_results, paired_gain  # noqa: E402
+from seedcli.report.results import load_results, paired_gain, seeds_gain  # noqa: E402
 
 ARM_LABELS = {
     "grpo": "GRPO",
@@ -452,10 +452,7 @@ class Doc:
             if not vals:
                 continue
             n = episodes_of(c.results[next(k for k in c.results if k[0] == arm)])
-            m = statistics.fmean(vals)
-            var_mean = statistics.variance(vals) / len(vals) if len(vals) > 1 else m * (1 - m) / n
-            se = math.sqrt(var_mean + p0 * (1 - p0) / n0)
-            g = m - p0
+            m, g, se = seeds_gain(vals, p0, n0, n)
             ratio = g / se if se > 0 else math.nan
             self.readings.append(
                 f"{ARM_LABELS.get(arm, arm)} − start: {100 * g:+.1f} ± {100 * se:.1f} points over {len(vals)} seed(s) "

@@ -464,13 +464,20 @@ def data_roots() -> dict[str, str]:
 def report_cmd(
     runs: list[Path] = typer.Argument(..., help="eval run directories"),
     out: Path = typer.Option(Path("reports"), "--out", help="output directory"),
+    seeds: int = typer.Option(
+        0,
+        "--seeds",
+        min=0,
+        help="the runs after the first are seeds of recipes, this many each: adds each recipe's mean and its gain "
+        "over the first run with a standard error that includes the seeds' spread",
+    ),
 ) -> None:
     """Compare eval runs side by side (Markdown table and grouped bar chart); runs that played the same games get
-    their paired gain over the first run, with its standard error."""
+    their paired gain over the first run, with its standard error. `--seeds K`: START, then K runs per recipe."""
     with cli_errors("report"):
         from seedcli.report.commands import report_command
 
-        written = report_command(runs, out)
+        written = report_command(runs, out, seeds)
     for name, path in dict(written).items():
         Console().print(f"{name}: {path}")
 

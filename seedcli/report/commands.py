@@ -8,7 +8,7 @@ import orjson
 
 from seedcli.artifacts import atomic_write_bytes, atomic_write_text
 from seedcli.errors import UserError
-from seedcli.report.compare import compare_runs, headline_measure
+from seedcli.report.compare import check_seeds, compare_runs, headline_measure
 from seedcli.report.markdown import describe_model, render_report
 from seedcli.report.plots import METRICS, plot_compare, plot_success_by_type, plot_training_curves
 from seedcli.report.results import RESULTS, env_of, load_results, per_game
@@ -77,8 +77,11 @@ def eval_label(run: str | Path, results: dict) -> str:
     return _model_name(model) if isinstance(model, str) and model else _run_label(run)
 
 
-def report_command(run_dirs: list[str | Path], out_dir: str | Path) -> dict[str, Path]:
-    """`seed report RUN...`: compare.md + compare.png over the runs' results.json; with one run also report.md."""
+def report_command(run_dirs: list[str | Path], out_dir: str | Path, seeds: int = 0) -> dict[str, Path]:
+    """`seed report RUN...`: compare.md + compare.png over the runs' results.json; with one run also report.md.
+    `seeds` (k > 0): the runs after the first are recipes of k seeds each (`compare.seed_groups`)."""
+    if seeds:
+        check_seeds(len(run_dirs), seeds)
     loaded = [(Path(r), load_results(r)) for r in run_dirs]
     if not loaded:
         raise UserError("seed report: pass at least one eval run directory")
@@ -98,7 +101,7 @@ def report_command(run_dirs: list[str | Path], out_dir: str | Path) -> dict[str,
     written = {"compare_md": out / "compare.md"}
     key = "won" if headline_measure(env_of(loaded[0][1])).per_category == "success_rate" else "score"
     games = [per_game(run, key) for run, _ in loaded] if len(loaded) > 1 else None
-    atomic_write_text(written["compare_md"], compare_runs(results_list, games))
+    atomic_write_text(written["compare_md"], compare_runs(results_list, games, seeds))
     written["compare_png"] = plot_compare(results_list, out / "compare.png")
     if len(loaded) == 1:
         run, res = loaded[0]

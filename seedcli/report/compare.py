@@ -3,12 +3,13 @@ measure it and the comparison's bar chart show."""
 
 from __future__ import annotations
 
+import statistics
 from typing import NamedTuple
 
 from seedcli.envs.base import Environment
 from seedcli.errors import UserError
 from seedcli.report.markdown import marked, metric_label, metric_text, num, partial_line, pct, plural, type_name
-from seedcli.report.results import env_of, ordered_types, paired_gain
+from seedcli.report.results import env_of, ordered_types, paired_gain, seeds_gain
 
 
 class Measure(NamedTuple):
@@ -62,9 +63,80 @@ def paired_cells(games: list[dict[str, float] | None]) -> list[str] | None:
     return cells if shared else None
 
 
-def compare_runs(results_list: list[tuple[str, dict]], games: list[dict[str, float] | None] | None = None) -> str:
+def check_seeds(n_runs: int, seeds: int) -> None:
+    """`seed report --seeds K` needs the start and then K runs per recipe."""
+    if seeds < 1 or n_runs < 1 + seeds or (n_runs - 1) % seeds:
+        raise UserError(
+            f"seed report --seeds {seeds}: {n_runs - 1} run(s) after the first do not make groups of {seeds}; pass "
+            f"the start's eval run, then {max(seeds, 1)} eval runs (one per seed) for each recipe"
+        )
+
+
+def seed_groups(
+    results_list: list[tuple[str, dict]], games: list[dict[str, float] | None] | None, seeds: int, measure: Measure
+) -> list[str]:
+    """`seed report START R1 … Rk R'1 … R'k --seeds k`: each recipe's mean headline over its k seeds and its gain over
+    the start, with a standard error that includes the seeds' spread (`seeds_gain`, the method check's), and how many
+    of its runs gained or lost beyond twice their own paired error on the games they share with the start."""
+    check_seeds(len(results_list), seeds)
+    start_label, start = results_list[0]
+    p0 = start.get(measure.headline)
+    if p0 is None:
+        return []
+    n0 = int(start.get("episodes") or 0)
+    first = games[0] if games else None
+    lines = [
+        "",
+        f"## Recipes over seeds (gain over {start_label})",
+        "",
+        "| runs | seeds | each run | mean ± std | gain (points) | standard error | gain / SE | runs beyond 2 SE (paired) |",
+        "|---|--:|---|--:|--:|--:|--:|--:|",
+    ]
+    for g0 in range(1, len(results_list), seeds):
+        group = results_list[g0 : g0 + seeds]
+        vals = [r.get(measure.headline) for _, r in group]
+        if any(v is None for v in vals):
+            lines.append(f"| {g0 + 1}–{g0 + seeds} | {seeds} | a run without {measure.headline} | — | — | — | — | — |")
+            continue
+        n = min(int(r.get("episodes") or 0) for _, r in group)
+        m, gain, se = seeds_gain(vals, p0, n0, n)
+        std = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        beyond = "—"
+        if first is not None and games is not None:
+            up = down = counted = 0
+            for other in games[g0 : g0 + seeds]:
+                common = sorted(set(first) & set(other or {}))
+                if len(common) < 2:
+                    continue
+                g, e = paired_gain([other[k] - first[k] for k in common])  # type: ignore[index]
+                counted += 1
+                up += g > 2 * e
+                down += g < -2 * e
+            beyond = f"{up} up, {down} down, of {counted}" if counted else "—"
+        names = {label.split(" · ")[0] for label, _ in group}
+        name = f"{g0 + 1}–{g0 + seeds}" + (f" ({names.pop()})" if len(names) == 1 else "")
+        ratio = f"{round(gain / se, 2) + 0.0:+.2f}" if se > 0 else "—"  # + 0.0: no "-0.00" from rounding error
+        lines.append(
+            f"| {name} | {seeds} | {' '.join(pct(v) for v in vals)} | {pct(m)} ± {100 * std:.1f} | "
+            f"{round(100 * gain, 1) + 0.0:+.1f} | "
+            f"{100 * se:.1f} | {ratio} | {beyond} |"
+        )
+    lines += [
+        "",
+        f"- Recipes over seeds: the runs after the first, {seeds} at a time, are seeds of one recipe; runs are "
+        "numbered from 1 in the order given. Gain = the seeds' mean − the start; its standard error adds the start's "
+        "evaluation error √(p₀(1−p₀)/n₀) to the seed mean's, s/√k (the seeds' spread: training and evaluation noise "
+        "together). A recipe learns, on these games, when its gain exceeds twice that error.",
+    ]
+    return lines
+
+
+def compare_runs(
+    results_list: list[tuple[str, dict]], games: list[dict[str, float] | None] | None = None, seeds: int = 0
+) -> str:
     """Markdown table with one column per run: per-category success, macro, micro, mean episode length; with
-    `games` (per run, its result per game: `results.per_game`), each run's paired gain over the first."""
+    `games` (per run, its result per game: `results.per_game`), each run's paired gain over the first; with `seeds`
+    (k), the runs after the first as recipes of k seeds each and each recipe's gain over the first (`seed_groups`)."""
     if not results_list:
         raise UserError("nothing to compare: pass at least one eval run")
     envs = {r.get("env", "alfworld") for _, r in results_list}
@@ -135,5 +207,9 @@ def compare_runs(results_list: list[tuple[str, dict]], games: list[dict[str, flo
         notes.append(f"Paper {metric_label(headline, env)} ({env.card.paper_model}, docs/design.md §1): {paper_str}.")
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    if seeds:
+        if len(splits) > 1:
+            raise UserError("seed report --seeds: the runs are on different splits; compare seeds of one split")
+        lines += seed_groups(results_list, games, seeds, measure)
     lines.append("")
     return "\n".join(lines)

@@ -170,6 +170,20 @@ def paired_gain(diffs: Sequence[float]) -> tuple[float, float]:
     return g, se
 
 
+def seeds_gain(values: Sequence[float], p0: float, n0: int, n: int) -> tuple[float, float, float]:
+    """A recipe's gain over the model it started from, read from k seeds' evaluations: (the seeds' mean, mean − p0,
+    its standard error). The error adds the start's evaluation error √(p₀(1−p₀)/n₀) to the seed mean's: the seeds'
+    spread s/√k for two or more seeds (training noise and evaluation noise together), else the one evaluation's
+    √(m(1−m)/n). Measures are fractions in [0, 1]; for a mean score p(1−p) bounds the variance from above, so the
+    error is then conservative. The method check's "gain over the start" and `seed report --seeds`."""
+    if not values:
+        raise ValueError("seeds_gain: no values")
+    m = statistics.fmean(values)
+    var_mean = statistics.variance(values) / len(values) if len(values) > 1 else m * (1 - m) / max(n, 1)
+    se = math.sqrt(var_mean + p0 * (1 - p0) / max(n0, 1))
+    return m, m - p0, se
+
+
 def per_game(run: str | Path, key: str) -> dict[str, float] | None:
     """An eval run's result per game, read from its episodes.jsonl: {task_id: the mean over that task's episodes of
     `key`} (`won` as 1/0, or `score`); None when the run has no episodes file (results.json alone). A line that is

@@ -588,3 +588,56 @@ def test_report_gives_each_runs_paired_gain_over_the_first(tmp_path):
     (second / "episodes.jsonl").write_text('{"task_id": "x", "won": tr')
     with pytest.raises(UserError, match=r"episodes.jsonl:1: not a valid JSON record"):
         report_command([first, second], tmp_path / "rep6")
+
+
+def test_report_seeds_groups_runs_into_recipes_with_the_seed_spread_in_the_error(tmp_path):
+    # start: 2 of 10 games; recipe A's three seeds win 5, 6 and 7 of them, recipe B's win 2, 3 and 1
+    start = _eval_run(tmp_path, "s", [i < 2 for i in range(10)])
+    a = [_eval_run(tmp_path, f"a{k}", [i < w for i in range(10)]) for k, w in enumerate((5, 6, 7))]
+    b = [_eval_run(tmp_path, f"b{k}", [i < w for i in range(10)]) for k, w in enumerate((2, 3, 1))]
+    md = report_command([start, *a, *b], tmp_path / "rep", seeds=3)["compare_md"].read_text()
+    rows = [line.split("|")[1:-1] for line in md.splitlines() if line.startswith(("| 2–4", "| 5–7"))]
+    # A: mean 0.6, std 0.1; SE = sqrt(0.1²/3 + 0.2·0.8/10) = 0.1390; gain 40 / 13.9 = 2.88
+    se_a = math.sqrt(0.01 / 3 + 0.16 / 10)
+    assert [c.strip() for c in rows[0][1:]] == [
+        "3",
+        "50.0% 60.0% 70.0%",
+        "60.0% ± 10.0",
+        "+40.0",
+        f"{100 * se_a:.1f}",
+        f"{0.4 / se_a:+.2f}",
+        "2 up, 0 down, of 3",
+    ]
+    # B: mean 0.2, gain 0; its runs' paired gains: 0, +10 (1 up of 10: within 2 SE), -10
+    se_b = math.sqrt(0.01 / 3 + 0.16 / 10)
+    assert [c.strip() for c in rows[1][3:]] == [
+        "20.0% ± 10.0",
+        "+0.0",
+        f"{100 * se_b:.1f}",
+        "+0.00",
+        "0 up, 0 down, of 3",
+    ]
+    assert "s/√k" in md
+    # the method check computes its gain with the same function
+    from seedcli.report.results import seeds_gain
+
+    assert seeds_gain([0.5, 0.6, 0.7], 0.2, 10, 10) == pytest.approx((0.6, 0.4, se_a))
+    assert seeds_gain([0.5], 0.2, 10, 10)[2] == pytest.approx(math.sqrt(0.25 / 10 + 0.16 / 10))
+    # runs that do not make whole groups: one line saying what to pass
+    with pytest.raises(UserError, match=r"--seeds 3: 5 run\(s\) after the first do not make groups of 3"):
+        report_command([start, *a, *b[:2]], tmp_path / "rep2", seeds=3)
+    assert not (tmp_path / "rep2").exists()
+
+
+def test_report_seeds_on_the_command_line_exits_2_on_a_bad_grouping(tmp_path):
+    from typer.testing import CliRunner
+
+    from seedcli.cli import app
+
+    start = _eval_run(tmp_path, "s", [True, False])
+    runs = [str(_eval_run(tmp_path, f"r{k}", [True, True])) for k in range(2)]
+    bad = CliRunner().invoke(app, ["report", str(start), *runs, "--seeds", "3", "--out", str(tmp_path / "o")])
+    assert bad.exit_code == 2 and "do not make groups of 3" in bad.output
+    ok = CliRunner().invoke(app, ["report", str(start), *runs, "--seeds", "2", "--out", str(tmp_path / "o")])
+    assert ok.exit_code == 0, ok.output
+    assert "Recipes over seeds" in (tmp_path / "o" / "compare.md").read_text()
