@@ -36,6 +36,8 @@ ARM_LABELS = {
     "seed_rules": "SEED, rules analyzer",
     "gigpo": "GiGPO",
     "seed_self_gigpo": "SEED (self-analyzer) on GiGPO",
+    "grpo_lr1e5": "GRPO, lr 1e-5",
+    "seed_self_lr1e5": "SEED, self-analyzer, lr 1e-5",
 }
 # the hand-written calibration of the real model's warm start (its runs are not kept)
 CALIBRATION = Path("docs/method-check-calibration.md")
@@ -546,6 +548,11 @@ class Doc:
         if "grpo" not in arms or not c.results:
             return
         pairs = [(a, "grpo") for a in arms if a != "grpo"]
+        # a GRPO variant `grpo<sfx>` is also the baseline of the other arms named `…<sfx>` (seed_self_lr1e5 against
+        # grpo_lr1e5: the same change on both sides)
+        for b in arms:
+            sfx = b[len("grpo") :] if b.startswith("grpo_") else ""
+            pairs += [(a, b) for a in arms if sfx and a.endswith(sfx) and not a.startswith("grpo")]
         if "seed" in arms and "seed_guarded" in arms:
             pairs.append(("seed_guarded", "seed"))
         self.add(

@@ -198,3 +198,23 @@ def test_report_gives_each_runs_paired_gain_over_the_start(report, tmp_path):
     # seed 1: mean -0.25, variance of (-1, 0, 0, 0) = 0.25, se = sqrt(0.25 / 4) = 0.25: -25.0 ± 25.0
     assert "| GRPO | +50.0 ± 28.9 | -25.0 ± 25.0 | 0 up, 0 down, of 2 |" in text
     assert report.paired_gain([1] * 10 + [0] * 90) == pytest.approx((0.1, (0.1 * 0.9 * 100 / 99 / 100) ** 0.5))
+
+
+def test_a_grpo_variant_is_the_baseline_of_the_arms_with_its_suffix(report, tmp_path):
+    runs = _check_dir(
+        tmp_path,
+        "env: sokoban\nmethod_check:\n  seeds: [0, 1]\n  arms:\n    grpo: '--algo grpo'\n"
+        "    grpo_lr1e5: '--algo grpo lr=1e-5'\n    seed_self_lr1e5: '--algo seed --analyzer self lr=1e-5'\n"
+        "rl: {steps: 2}\neval: {limit: 100, temperature: 0.4, max_steps: 15}\n",
+    )
+    wins = {("grpo", 0): 20, ("grpo", 1): 30, ("grpo_lr1e5", 0): 30, ("grpo_lr1e5", 1): 32}
+    wins |= {("seed_self_lr1e5", 0): 36, ("seed_self_lr1e5", 1): 40}
+    index = {f"eval_{a}_s{s}": _eval(runs / "eval" / f"{a}{s}", w, 100) for (a, s), w in wins.items()}
+    (runs / "index.json").write_text(json.dumps(index))
+    text = _write_report(report, runs, tmp_path)
+    # against GRPO: +10, +2 (lr 1e-5) and +16, +10 (SEED at 1e-5); SEED at 1e-5 against GRPO at 1e-5: +6, +8
+    assert "| GRPO, lr 1e-5 − GRPO (points) | +10.0 | +2.0 | +6.0 ± 5.7 |" in text
+    assert "| SEED, self-analyzer, lr 1e-5 − GRPO (points) | +16.0 | +10.0 | +13.0 ± 4.2 |" in text
+    assert "| SEED, self-analyzer, lr 1e-5 − GRPO, lr 1e-5 (points) | +6.0 | +8.0 | +7.0 ± 1.4 |" in text
+    # grpo_4x4-style suffixes pair nothing else: no "GRPO, lr 1e-5 − GRPO, lr 1e-5"
+    assert "lr 1e-5 − GRPO, lr 1e-5 (points) | +0.0" not in text
