@@ -41,6 +41,20 @@ def all_types(results_list: list[tuple[str, dict]]) -> list[str]:
     return [t for t in ordered_types((t for _, r in results_list for t in r["categories"]), env) if t in played]
 
 
+def paired_over_first(
+    first: dict[str, float], other: dict[str, float] | None
+) -> tuple[float, float, int, int, int] | None:
+    """A run's gain over the first on the games both played (per game: {task_id: result}, `results.per_game`): the
+    mean difference and its paired standard error (`paired_gain`), the games that went up and down, and how many games
+    were shared; None when fewer than two are."""
+    common = sorted(set(first) & set(other or {}))
+    if len(common) < 2:
+        return None
+    d = [other[g] - first[g] for g in common]  # type: ignore[index]
+    g, se = paired_gain(d)
+    return g, se, sum(x > 0 for x in d), sum(x < 0 for x in d), len(common)
+
+
 def paired_cells(games: list[dict[str, float] | None]) -> list[str] | None:
     """Each run's gain over the first on the games both played: the mean per-game difference ± its paired standard
     error (`paired_gain`), with how many games went up and down; None when the first run's games are unknown or no
@@ -50,16 +64,14 @@ def paired_cells(games: list[dict[str, float] | None]) -> list[str] | None:
         return None
     cells, shared = ["reference"], False
     for other in games[1:]:
-        common = sorted(set(first) & set(other or {}))
-        if len(common) < 2:
+        paired = paired_over_first(first, other)
+        if paired is None:
             cells.append("—")
             continue
         shared = True
-        d = [other[g] - first[g] for g in common]  # type: ignore[index]
-        g, se = paired_gain(d)
-        up, down = sum(x > 0 for x in d), sum(x < 0 for x in d)
+        g, se, up, down, n = paired
         mark = " ↑" if g > 2 * se else " ↓" if g < -2 * se else ""
-        cells.append(f"{100 * g:+.1f} ± {100 * se:.1f}{mark} ({up} up, {down} down, of {len(common)})")
+        cells.append(f"{100 * g:+.1f} ± {100 * se:.1f}{mark} ({up} up, {down} down, of {n})")
     return cells if shared else None
 
 
@@ -105,10 +117,10 @@ def seed_groups(
         if first is not None and games is not None:
             up = down = counted = 0
             for other in games[g0 : g0 + seeds]:
-                common = sorted(set(first) & set(other or {}))
-                if len(common) < 2:
+                paired = paired_over_first(first, other)
+                if paired is None:
                     continue
-                g, e = paired_gain([other[k] - first[k] for k in common])  # type: ignore[index]
+                g, e = paired[:2]
                 counted += 1
                 up += g > 2 * e
                 down += g < -2 * e
