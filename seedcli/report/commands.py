@@ -55,6 +55,41 @@ def _model_name(model: str) -> str:
     return parts[-1] if parts else str(model)
 
 
+def _source_config(run: str | Path) -> dict | None:
+    """The config of the rl or sft run whose model an eval run played, read through the eval's manifest; None
+    when the eval did not come from one (a model directory, a policy) or a manifest is missing."""
+    run = Path(run)
+    inputs = _read_manifest_dict(run if run.is_dir() else run.parent).get("inputs")
+    source = next((i for i in inputs or [] if isinstance(i, dict) and i.get("stage") in ("sft", "rl")), None)
+    if source is None:
+        return None
+    config = _read_manifest_dict(Path(str(source.get("path", "")))).get("config")
+    return config if isinstance(config, dict) else None
+
+
+# settings that differ between the seeds of one recipe by design, never a recipe's name
+_PER_RUN = frozenset({"seed", "runs_dir", "resume", "from_run"})
+
+
+def recipe_names(configs: list[dict | None], seeds: int) -> list[str] | None:
+    """`seed report --seeds k`: a name per recipe from its runs' training configs: the settings that every run of
+    a recipe shares and that tell the recipes apart, as `key=value` (the command line's override syntax, e.g.
+    "lr=1e-05 kl_coef=0.1"); None when a run has no training config or no setting tells the recipes apart."""
+    known = [c for c in configs if c is not None]
+    if len(known) < len(configs) or len(known) < 2 * seeds:
+        return None
+    groups = [known[g : g + seeds] for g in range(0, len(known), seeds)]
+    shown = [
+        key
+        for key in sorted({k for c in known for k in c} - _PER_RUN)
+        if all(len({repr(c.get(key)) for c in group}) == 1 for group in groups)
+        and len({repr(group[0].get(key)) for group in groups}) > 1
+    ]
+    if not shown:
+        return None
+    return [" ".join(f"{k}={group[0].get(k)}" for k in shown) for group in groups]
+
+
 def eval_label(run: str | Path, results: dict) -> str:
     """A comparison's name for an eval run: its policy (expert, random) or its model, named by the run it came from
     and that run's algorithm (e.g. 'SEED rl', 'GRPO rl step_000040', 'sft'), else the model directory's name."""
@@ -101,7 +136,8 @@ def report_command(run_dirs: list[str | Path], out_dir: str | Path, seeds: int =
     written = {"compare_md": out / "compare.md"}
     key = "won" if headline_measure(env_of(loaded[0][1])).per_category == "success_rate" else "score"
     games = [per_game(run, key) for run, _ in loaded] if len(loaded) > 1 else None
-    atomic_write_text(written["compare_md"], compare_runs(results_list, games, seeds))
+    recipes = recipe_names([_source_config(run) for run, _ in loaded[1:]], seeds) if seeds else None
+    atomic_write_text(written["compare_md"], compare_runs(results_list, games, seeds, recipes))
     written["compare_png"] = plot_compare(results_list, out / "compare.png")
     if len(loaded) == 1:
         run, res = loaded[0]

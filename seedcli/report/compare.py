@@ -85,11 +85,16 @@ def check_seeds(n_runs: int, seeds: int) -> None:
 
 
 def seed_groups(
-    results_list: list[tuple[str, dict]], games: list[dict[str, float] | None] | None, seeds: int, measure: Measure
+    results_list: list[tuple[str, dict]],
+    games: list[dict[str, float] | None] | None,
+    seeds: int,
+    measure: Measure,
+    recipes: list[str] | None = None,
 ) -> list[str]:
     """`seed report START R1 … Rk R'1 … R'k --seeds k`: each recipe's mean headline over its k seeds and its gain over
     the start, with a standard error that includes the seeds' spread (`seeds_gain`, the method check's), and how many
-    of its runs gained or lost beyond twice their own paired error on the games they share with the start."""
+    of its runs gained or lost beyond twice their own paired error on the games they share with the start.
+    `recipes`: a name per recipe (`commands.recipe_names`: the settings that tell them apart), beside the runs'."""
     check_seeds(len(results_list), seeds)
     start_label, start = results_list[0]
     p0 = start.get(measure.headline)
@@ -126,7 +131,8 @@ def seed_groups(
                 down += g < -2 * e
             beyond = f"{up} up, {down} down, of {counted}" if counted else "—"
         names = {label.split(" · ")[0] for label, _ in group}
-        name = f"{g0 + 1}–{g0 + seeds}" + (f" ({names.pop()})" if len(names) == 1 else "")
+        tags = ([names.pop()] if len(names) == 1 else []) + ([recipes[(g0 - 1) // seeds]] if recipes else [])
+        name = f"{g0 + 1}–{g0 + seeds}" + (f" ({'; '.join(tags)})" if tags else "")
         ratio = f"{round(gain / se, 2) + 0.0:+.2f}" if se > 0 else "—"  # + 0.0: no "-0.00" from rounding error
         lines.append(
             f"| {name} | {seeds} | {' '.join(pct(v) for v in vals)} | {pct(m)} ± {100 * std:.1f} | "
@@ -144,11 +150,15 @@ def seed_groups(
 
 
 def compare_runs(
-    results_list: list[tuple[str, dict]], games: list[dict[str, float] | None] | None = None, seeds: int = 0
+    results_list: list[tuple[str, dict]],
+    games: list[dict[str, float] | None] | None = None,
+    seeds: int = 0,
+    recipes: list[str] | None = None,
 ) -> str:
     """Markdown table with one column per run: per-category success, macro, micro, mean episode length; with
     `games` (per run, its result per game: `results.per_game`), each run's paired gain over the first; with `seeds`
-    (k), the runs after the first as recipes of k seeds each and each recipe's gain over the first (`seed_groups`)."""
+    (k), the runs after the first as recipes of k seeds each and each recipe's gain over the first (`seed_groups`),
+    named by `recipes` when given."""
     if not results_list:
         raise UserError("nothing to compare: pass at least one eval run")
     envs = {r.get("env", "alfworld") for _, r in results_list}
@@ -222,6 +232,6 @@ def compare_runs(
     if seeds:
         if len(splits) > 1:
             raise UserError("seed report --seeds: the runs are on different splits; compare seeds of one split")
-        lines += seed_groups(results_list, games, seeds, measure)
+        lines += seed_groups(results_list, games, seeds, measure, recipes)
     lines.append("")
     return "\n".join(lines)

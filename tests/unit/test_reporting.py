@@ -629,6 +629,46 @@ def test_report_seeds_groups_runs_into_recipes_with_the_seed_spread_in_the_error
     assert not (tmp_path / "rep2").exists()
 
 
+def test_report_seeds_names_each_recipe_by_the_settings_that_tell_the_recipes_apart(tmp_path):
+    import orjson
+
+    from seedcli.report.commands import recipe_names
+
+    def from_rl(name, wins, **config):
+        run = _eval_run(tmp_path, name, wins)
+        rl = tmp_path / f"rl-{name}"
+        rl.mkdir()
+        (rl / "manifest.json").write_bytes(orjson.dumps({"config": config}))
+        (run / "manifest.json").write_bytes(orjson.dumps({"inputs": [{"stage": "rl", "path": str(rl)}]}))
+        return run
+
+    start = _eval_run(tmp_path, "s", [i < 2 for i in range(10)])
+    # two recipes of one algorithm: the lr tells them apart; seed and runs_dir differ within a recipe by design,
+    # kl_coef is the same everywhere
+    runs = [
+        from_rl(f"{lr}-{k}", [i < 3 + k for i in range(10)], algo="grpo", lr=lr, kl_coef=0.01, seed=k, runs_dir=f"r{k}")
+        for lr in (3e-5, 1e-5)
+        for k in range(2)
+    ]
+    md = report_command([start, *runs], tmp_path / "rep", seeds=2)["compare_md"].read_text()
+    assert [line.split("|")[1].strip() for line in md.splitlines() if line.startswith(("| 2–3", "| 4–5"))] == [
+        "2–3 (GRPO rl; lr=3e-05)",
+        "4–5 (GRPO rl; lr=1e-05)",
+    ]
+    # a setting that varies inside a recipe does not name it; nothing to tell apart, or a run without a training
+    # config: no names
+    cfg = [{"lr": 1, "kl_coef": 0.1}, {"lr": 1, "kl_coef": 0.2}, {"lr": 2, "kl_coef": 0.1}, {"lr": 2, "kl_coef": 0.1}]
+    assert recipe_names(cfg, 2) == ["lr=1", "lr=2"]
+    assert recipe_names([{"lr": 1}] * 4, 2) is None
+    assert recipe_names([{"lr": 1}, None, {"lr": 2}, {"lr": 2}], 2) is None
+    assert (
+        "| 2–3 (tiny-qwen) |"
+        in report_command(
+            [start, *[_eval_run(tmp_path, f"m{k}", [True] * 10) for k in range(4)]], tmp_path / "rep2", seeds=2
+        )["compare_md"].read_text()
+    )
+
+
 def test_report_seeds_on_the_command_line_exits_2_on_a_bad_grouping(tmp_path):
     from typer.testing import CliRunner
 
