@@ -38,6 +38,8 @@ ARM_LABELS = {
     "seed_self_gigpo": "SEED (self-analyzer) on GiGPO",
     "grpo_lr1e5": "GRPO, lr 1e-5",
     "seed_self_lr1e5": "SEED, self-analyzer, lr 1e-5",
+    "grpo_lr1e5_kl1": "GRPO, lr 1e-5, KL 1.0",
+    "seed_self_lr1e5_kl1": "SEED, self-analyzer, lr 1e-5, KL 1.0",
 }
 # the hand-written calibration of the real model's warm start (its runs are not kept)
 CALIBRATION = Path("docs/method-check-calibration.md")
