@@ -55,16 +55,23 @@ def _model_name(model: str) -> str:
     return parts[-1] if parts else str(model)
 
 
-def _source_config(run: str | Path) -> dict | None:
-    """The config of the rl or sft run whose model an eval run played, read through the eval's manifest; None
-    when the eval did not come from one (a model directory, a policy) or a manifest is missing."""
-    run = Path(run)
-    inputs = _read_manifest_dict(run if run.is_dir() else run.parent).get("inputs")
-    source = next((i for i in inputs or [] if isinstance(i, dict) and i.get("stage") in ("sft", "rl")), None)
+def _training_source(manifest: dict) -> tuple[dict, dict] | None:
+    """The rl or sft run an eval run's model came from, as its manifest lists it among the inputs, with that run's
+    config ({} when its manifest is missing or unreadable); None when the eval played a model directory or a policy."""
+    inputs = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
+    source = next((i for i in inputs if isinstance(i, dict) and i.get("stage") in ("sft", "rl")), None)
     if source is None:
         return None
     config = _read_manifest_dict(Path(str(source.get("path", "")))).get("config")
-    return config if isinstance(config, dict) else None
+    return source, config if isinstance(config, dict) else {}
+
+
+def _source_config(run: str | Path) -> dict | None:
+    """The config of the rl or sft run whose model an eval run played (`_training_source`); None when the eval did
+    not come from one or that run's manifest is missing."""
+    run = Path(run)
+    found = _training_source(_read_manifest_dict(run if run.is_dir() else run.parent))
+    return (found[1] or None) if found else None
 
 
 # settings that differ between the seeds of one recipe by design, never a recipe's name
@@ -101,10 +108,10 @@ def eval_label(run: str | Path, results: dict) -> str:
     policy = config.get("policy") or agent.get("policy") or "model"
     if policy != "model":
         return f"{policy} policy" if isinstance(policy, str) else "mixed policies"
-    inputs = manifest.get("inputs") if isinstance(manifest.get("inputs"), list) else []
-    source = next((i for i in inputs if isinstance(i, dict) and i.get("stage") in ("sft", "rl")), None)
-    if source is not None:
-        algo = (_read_manifest_dict(Path(str(source.get("path", "")))).get("config") or {}).get("algo")
+    found = _training_source(manifest)
+    if found is not None:
+        source, source_config = found
+        algo = source_config.get("algo")
         label = f"{algo.upper()} {source['stage']}" if isinstance(algo, str) else str(source["stage"])
         checkpoint = Path(str(config.get("from_run") or "")).name
         return f"{label} {checkpoint}" if checkpoint.startswith("step_") else label
