@@ -38,6 +38,8 @@ CURVE_FAMILIES: list[tuple[str, str, str, list[tuple[str, list[str]]]]] = [
     ("opd_loss", "OPD loss", "opd/loss", [("", ["opd/loss"])]),
     ("gate_mean", "OPD gate mean", "opd/gate_mean", [("", ["opd/gate_mean"])]),
     ("kl", "KL(θ‖ref)", "actor/kl", [("", ["actor/kl"])]),
+    # a reply's largest per-token term: the token mean above hides the one token that decides a short action
+    ("kl_max", "Largest per-token KL(θ‖ref) of a reply", "actor/kl_max", [("", ["actor/kl_max"])]),
 ]
 
 

@@ -71,6 +71,8 @@ class LossStats:
     tokens: Any = 0.0  # response tokens
     pg: Any = 0.0  # the PPO loss × what it was divided by
     kl: Any = 0.0
+    kl_max: Any = 0.0  # Σ over responses of the response's largest per-token KL (with a reference)
+    kl_rows: Any = 0.0  # responses in kl_max
     entropy: Any = 0.0
     clip_frac: Any = 0.0  # × tokens
     clip_frac_lower: Any = 0.0
@@ -152,6 +154,8 @@ def micro_batch_loss(
         delta = (batch["skill_logp"] - logp.detach()) * opd_mask
         gap = opd_gap(logp, batch["skill_logp"], *contrast)  # what the gate read: Δ, or Δ_c under opd_contrast
         _, neg_push = opd_harm_sums(gate, gap, batch["advantages"], opd_mask)
+        zero = logp.new_zeros(())
+        kl_max, kl_rows = _kl_max_sums(logp.detach(), batch["ref_logp"], mask) if use_ref else (zero, zero)
         if token_stats is not None:
             on = mask != 0
             token_stats.append(torch.stack([entropy.detach()[on], (gate * opd_mask)[on]]).float().cpu())
@@ -162,6 +166,8 @@ def micro_batch_loss(
             tokens=n,
             pg=pg.detach() * per,
             kl=kl.detach() * per,
+            kl_max=kl_max,
+            kl_rows=kl_rows,
             entropy=ent.detach() * per,
             clip_frac=clip["actor/clip_frac"] * n,
             clip_frac_lower=clip["actor/clip_frac_lower"] * n,
@@ -177,6 +183,17 @@ def micro_batch_loss(
         )
     parts = {"actor/pg_loss": pg, "actor/kl": kl, "actor/entropy": ent, "opd/loss": opd}
     return loss, parts, stats
+
+
+def _kl_max_sums(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ over responses of each response's largest per-token KL(θ‖ref) (k3), responses counted) of a micro-batch.
+
+    `actor/kl` is a token mean: on an environment whose reply is ~60 tokens of JSON around a one-character action it
+    stays ~1e-3 while the one token that decides the move drifts (docs/method-check-calibration.md, "A stronger KL
+    holds `=`"); the mean of each reply's largest term shows that drift."""
+    per_token = low_var_kl(logp, ref_logp).masked_fill(mask == 0, float("-inf"))
+    rows = mask.sum(dim=1) > 0
+    return per_token.amax(dim=1)[rows].sum(), rows.sum().to(per_token.dtype)
 
 
 # --------------------------------------------------------------------------------------------- the optimiser loop
@@ -298,6 +315,7 @@ def _actor_metrics(
     return {
         "actor/pg_loss": s.pg / n,
         "actor/kl": s.kl / n,
+        "actor/kl_max": s.kl_max / s.kl_rows if s.kl_rows else 0.0,
         "actor/entropy": s.entropy / n,
         "actor/clip_frac": s.clip_frac / n,
         "actor/clip_frac_lower": s.clip_frac_lower / n,

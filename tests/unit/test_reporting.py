@@ -232,6 +232,7 @@ def test_training_curves_two_runs(tmp_path):
                 "rollout/success_rate": 0.1 * s,
                 "env/episode_length": 30 - s,
                 "actor/kl": 0.001 * s,
+                "actor/kl_max": 0.2 * s,
                 "opd/loss": float("nan"),
             }
             for s in range(1, 6)
@@ -262,6 +263,7 @@ def test_training_curves_two_runs(tmp_path):
         "opd_loss.png",
         "gate_mean.png",
         "kl.png",
+        "kl_max.png",
         "curves.png",
     ]
     for p in paths:
@@ -276,6 +278,7 @@ def test_training_curves_two_runs(tmp_path):
     ]
     assert [r for r, *_ in fam["opd_loss"]] == ["SEED"]  # GRPO's all-NaN opd/loss draws nothing
     assert [r for r, *_ in fam["kl"]] == ["GRPO"]
+    assert fam["kl_max"][0][3:] == ([1.0, 2.0, 3.0, 4.0, 5.0], [0.2, 0.4, 0.6000000000000001, 0.8, 1.0])
     assert fam["reward"][1][3:] == ([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.0, 6.0, 8.0, 10.0])
 
 

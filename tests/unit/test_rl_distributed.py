@@ -112,7 +112,7 @@ def test_two_ranks_match_one_process(tmp_path):
     assert sorted(r0["mine"] + r1["mine"]) == list(range(N_SAMPLES)) and r0["mine"] and r1["mine"]
     for k, v in single.items():
         torch.testing.assert_close(r0["state"][k], v, atol=2e-6, rtol=1e-5)
-    for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "opd/loss", "actor/grad_norm"):
+    for key in ("actor/pg_loss", "actor/kl", "actor/kl_max", "actor/entropy", "opd/loss", "actor/grad_norm"):
         assert r0["metrics"][key] == pytest.approx(res.metrics[key], rel=1e-4, abs=1e-6), key
     assert r0["metrics"]["actor/optimizer_steps"] == 3.0
 
@@ -124,7 +124,7 @@ def test_two_ranks_match_one_process(tmp_path):
             torch.testing.assert_close(f0["state"][k], v, atol=1e-5, rtol=1e-4)  # reduce-scatter order
             assert torch.equal(f0["state"][k], f1["state"][k])
             assert torch.equal(f0["reloaded"][k], f0["state"][k])  # the HF checkpoint holds the trained weights
-    for key in ("actor/pg_loss", "actor/kl", "opd/loss", "actor/grad_norm"):
+    for key in ("actor/pg_loss", "actor/kl", "actor/kl_max", "opd/loss", "actor/grad_norm"):
         assert f0["metrics"][key] == pytest.approx(res.metrics[key], rel=1e-4, abs=1e-6), key
     # the optimizer state restored from the sharded (DCP) checkpoint equals the one that was saved
     saved, loaded = f0["optim"]

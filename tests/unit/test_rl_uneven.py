@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 from seedcli.rl.batching import plan_micro_batches, plan_minibatches, rank_indices
 from seedcli.rl.distributed import DistInfo, full_state_dict, max_over_ranks, wrap_for_training, wrap_frozen
 from seedcli.rl.logprobs import Scorer
+from seedcli.rl.losses import low_var_kl
 from seedcli.rl.optimize import LossWeights, train_update
 from seedcli.rl.rescore import rescore_samples
 from seedcli.rl.samples import TurnSample
@@ -97,8 +98,28 @@ def test_gradient_does_not_depend_on_micro_batch_size():
         torch.testing.assert_close(v, large[k], atol=1e-6, rtol=1e-5)
         moved += int(not torch.equal(v, before[k]))
     assert moved > 0  # the update did something
-    for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "opd/loss", "actor/grad_norm"):
+    for key in ("actor/pg_loss", "actor/kl", "actor/kl_max", "actor/entropy", "opd/loss", "actor/grad_norm"):
         assert res_small.metrics[key] == pytest.approx(res_large.metrics[key], rel=1e-5, abs=1e-7), key
+
+
+def test_kl_max_is_the_mean_over_replies_of_each_replys_largest_token_kl():
+    """`actor/kl_max`: each reply's largest per-token KL(θ‖ref) at θ, averaged over the replies; `actor/kl` is the
+    token mean, which a long reply around one deciding token dilutes."""
+    info = DistInfo()
+    model = wrap_for_training(Scorer(tiny_lm(0, vocab=VOCAB)), info)
+    ref = wrap_frozen(Scorer(tiny_lm(1, vocab=VOCAB)), info)
+    samples = make_samples()
+    rescore_samples(samples, old_fn=model, ref_fn=ref, teacher=True, max_tokens=SMALL, pad_id=0)
+    per_reply = [low_var_kl(s.old_logp, s.ref_logp) for s in samples]  # at θ: π_old is θ before the one step
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    res = train_update(
+        model, opt, samples, plan_minibatches(N, N, 1, seed=0), info, weights=weights(), micro_tokens=SMALL,
+        grad_clip=1e9, pad_id=0,
+    )  # fmt: skip
+    largest = [float(k.max()) for k in per_reply]
+    assert res.metrics["actor/kl_max"] == pytest.approx(sum(largest) / N, rel=1e-4)
+    assert res.metrics["actor/kl"] == pytest.approx(float(torch.cat(per_reply).mean()), rel=1e-4)
+    assert res.metrics["actor/kl_max"] > res.metrics["actor/kl"] > 0
 
 
 def test_two_fsdp_ranks_with_uneven_passes_match_one_process(tmp_path):
@@ -115,7 +136,7 @@ def test_two_fsdp_ranks_with_uneven_passes_match_one_process(tmp_path):
         if k in r0["state"]:
             torch.testing.assert_close(r0["state"][k], v, atol=1e-5, rtol=1e-4)
             assert torch.equal(r0["state"][k], r1["state"][k])
-    for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "opd/loss", "actor/grad_norm"):
+    for key in ("actor/pg_loss", "actor/kl", "actor/kl_max", "actor/entropy", "opd/loss", "actor/grad_norm"):
         assert r0["metrics"][key] == pytest.approx(res.metrics[key], rel=1e-4, abs=1e-6), key
     # padding micro-batches / all micro-batches over both ranks; none on one process
     a, b = (plan_micro_batches(make_samples(), plan_minibatches(N, N, 2, seed=0)[0], r, SMALL) for r in (0, 1))
