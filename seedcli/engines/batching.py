@@ -21,18 +21,26 @@ sends its requests to `generate` as they become ready instead.
 The running cache keeps `spare` free columns on the right of every layer (`BufferedLayer`): a decode step writes its
 key and value there in place, where transformers' DynamicLayer concatenates, a copy of the whole cache every step
 (19% of an eval's time on one CPU thread at 64 rows; `bench/hf_decode.py`). `spare=0` is the DynamicLayer behaviour.
+
+A finished request leaves a hole (`holes=True`): its row stays in the cache, decoding a pad token nobody reads, until a
+joining request is prefilled and copied into that row alone. Dropping the row at once and splicing the newcomer in
+copied every row's cache twice a turn, once when a request left and once when the next joined: on two AVX2 cores at 64
+rows ~45% of an evaluation's time (`bench/hf_holes.py`). When a quarter of the rows are holes and nobody waits (the end
+of a run) the batch is compacted; `holes=False` compacts at every finish, the earlier behaviour.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from seedcli.engines.base import Completion, completion_text
 from seedcli.engines.prefix_cache import PrefixStore, shared_prefixes
 
 SPARE_COLUMNS = 64  # free cache columns kept on the right: one reallocation every 64 decode steps
+HOLE_FRACTION = 0.25  # holes kept at most, as a share of the rows, while nobody waits to fill them
 
 
 @dataclass
@@ -53,12 +61,22 @@ class ContinuousBatcher:
     settings (a rollout turn samples, an analysis is greedy). `steps` counts decode iterations (a step decodes one
     token for every running request), the hardware-independent cost of a rollout."""
 
-    def __init__(self, engine: Any, *, max_rows: int, prefix_cache_bytes: int = 0, spare: int = SPARE_COLUMNS):
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        max_rows: int,
+        prefix_cache_bytes: int = 0,
+        spare: int = SPARE_COLUMNS,
+        holes: bool = True,
+    ):
         if engine.vision:
             raise ValueError("continuous batching is for text models; a vision-language model uses generate")
         self.engine = engine
         self.max_rows = max_rows
         self.spare = spare  # free columns the running cache keeps for decode steps (0: concatenate each step)
+        self.holes = holes  # a finished request's row waits for the next joining one (False: dropped at once)
+        self.copies = 0  # whole-batch cache copies made to drop or add rows (one per compaction or splice)
         # prompts' key/value states for reuse (seedcli.engines.prefix_cache); off for models whose cache is not
         # plain full attention (a sliding window drops what a stored prefix would need)
         self.store = PrefixStore(prefix_cache_bytes) if prefix_cache_bytes > 0 and _plain_cache(engine) else None
@@ -66,7 +84,7 @@ class ContinuousBatcher:
         self.prompt_tokens = 0  # prompt tokens admitted
         self.prefill_tokens = 0  # of them, those run through a forward (the rest came from the prefix cache)
         self.waiting: list[_Row] = []
-        self.rows: list[_Row] = []
+        self.rows: list[_Row | None] = []  # None: a hole, a finished request's row that no request holds yet
         self.cache: Any = None
         self.mask: Any = None  # [rows, columns] 1 at real tokens
         self.logits: Any = None  # [rows, V] next-token logits of each running row
@@ -74,7 +92,11 @@ class ContinuousBatcher:
 
     @property
     def busy(self) -> bool:
-        return bool(self.waiting or self.rows)
+        return bool(self.waiting or self._live())
+
+    def _live(self) -> list[int]:
+        """Indices of the rows that hold a request."""
+        return [i for i, row in enumerate(self.rows) if row is not None]
 
     def add(
         self,
@@ -108,23 +130,29 @@ class ContinuousBatcher:
 
         with torch.inference_mode():
             self._admit()
-            if not self.rows:
+            if not self._live():
+                self._keep([])
                 return []
             self.steps += 1
             tokens = self._draw()
             done: list[tuple[Any, Completion]] = []
-            keep: list[int] = []
             for i, (row, token) in enumerate(zip(self.rows, tokens, strict=True)):
+                if row is None:
+                    continue
                 row.tokens.append(token)
                 if token in self.engine.stop_ids and not row.ban_stop:
                     done.append((row.key, self._completion(row, "stop")))
                 elif len(row.tokens) >= row.max_new_tokens:
                     done.append((row.key, self._completion(row, "length")))
                 else:
-                    keep.append(i)
-            self._keep(keep)
+                    continue
+                self.rows[i] = None
+            live = self._live()
+            holes = len(self.rows) - len(live)
+            if not self.holes or not live or holes > HOLE_FRACTION * len(self.rows):
+                self._keep(live)
             if self.rows:
-                self._decode([tokens[i] for i in keep])
+                self._decode([self.engine.pad_id if row is None else row.tokens[-1] for row in self.rows])
             return done
 
     # ------------------------------------------------------------------------------------------------ internals
@@ -144,15 +172,15 @@ class ContinuousBatcher:
 
         logits = self.logits.float()
         scores = logits
-        if any(row.ban_stop for row in self.rows):
+        if any(row is not None and row.ban_stop for row in self.rows):
             scores = logits.clone()
             for i, row in enumerate(self.rows):
-                if row.ban_stop:
+                if row is not None and row.ban_stop:
                     scores[i, self.engine.stop_ids] = float("-inf")
         choice = scores.argmax(dim=-1)  # greedy rows keep it; sampled rows race, each group of settings at once
         groups: dict[tuple[float, float], list[int]] = {}
         for i, row in enumerate(self.rows):
-            if row.temperature > 0:
+            if row is not None and row.temperature > 0:
                 groups.setdefault((row.temperature, row.top_p), []).append(i)
         for (temperature, top_p), members in groups.items():
             index = torch.tensor(members, device=scores.device)
@@ -160,11 +188,13 @@ class ContinuousBatcher:
             choice[index] = drawn
         logp = torch.log_softmax(logits, dim=-1).gather(-1, choice.unsqueeze(-1)).squeeze(-1)
         for row, value in zip(self.rows, logp.tolist(), strict=True):
-            row.logprobs.append(value)
+            if row is not None:
+                row.logprobs.append(value)
         return choice.tolist()
 
     def _admit(self) -> None:
-        free = self.max_rows - len(self.rows)
+        holes = [i for i, row in enumerate(self.rows) if row is None]
+        free = len(holes) + self.max_rows - len(self.rows)
         if free <= 0 or not self.waiting:
             return
         joining, self.waiting = self.waiting[:free], self.waiting[free:]
@@ -172,7 +202,44 @@ class ContinuousBatcher:
         if not self.rows:
             self.cache, self.mask, self.logits, self.rows = self._buffered(cache), mask, logits, joining
             return
-        self._splice(cache, mask, logits, joining)
+        if mask.shape[1] > self.mask.shape[1]:  # a prompt wider than the running rows: one splice for all
+            self._keep(self._live())
+            self._splice(cache, mask, logits, joining)
+            return
+        filled = min(len(holes), len(joining))
+        for part, rows, into in (
+            (slice(0, filled), joining[:filled], holes[:filled]),
+            (slice(filled, None), joining[filled:], None),
+        ):
+            if not rows:
+                continue
+            layers = [SimpleNamespace(keys=layer.keys[part], values=layer.values[part]) for layer in cache.layers]
+            if into is not None:
+                self._fill(into, layers, mask[part], logits[part], rows)
+            else:
+                self._splice(SimpleNamespace(layers=layers), mask[part], logits[part], rows)
+
+    def _fill(self, holes: list[int], layers: list[Any], mask: Any, logits: Any, joining: list[_Row]) -> None:
+        """Prefilled newcomers into holes, row by row: newcomer j's cache columns (`layers`' keys and values; at most
+        as many as the running rows') on the right of hole `holes[j]`, its mask likewise, the hole's older columns
+        masked."""
+        width = mask.shape[1]
+        for layer, new in zip(self.cache.layers, layers, strict=True):
+            layer.place(holes, new.keys, new.values, width)
+        self.mask[holes] = 0
+        self.mask[holes, -width:] = mask
+        self.logits[holes] = logits
+        for i, row in zip(holes, joining, strict=True):
+            self.rows[i] = row
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the columns on the left that are padding in every row, without a copy (the cache's window moves)."""
+        first = int((self.mask.sum(0) > 0).nonzero()[0])
+        if first:
+            self.mask = self.mask[:, first:]
+            for layer in self.cache.layers:
+                layer.start += first
 
     def _prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any]:
         """(cache, mask, next-token logits) of `prompts`, left-padded; through the prefix cache when there is one:
@@ -262,6 +329,7 @@ class ContinuousBatcher:
         import torch
         import torch.nn.functional as F  # noqa: N812
 
+        self.copies += 1
         width = max(self.mask.shape[1], mask.shape[1])
         self.cache.layers = [
             self._buffer([old, new], width) for old, new in zip(self.cache.layers, cache.layers, strict=True)
@@ -283,6 +351,7 @@ class ContinuousBatcher:
         if not keep:
             self.cache = self.mask = self.logits = None
             return
+        self.copies += 1
         import torch
 
         index = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
@@ -367,6 +436,12 @@ def _buffered_layer_class() -> type:
 
         def get_seq_length(self) -> int:
             return 0 if self._k is None else self.end - self.start
+
+        def place(self, rows: list[int], keys: Any, values: Any, width: int) -> None:
+            """Write `keys`/`values` [len(rows), H, width, D] into the live columns' last `width` of rows `rows`."""
+            for j, row in enumerate(rows):
+                self._k[row, :, self.end - width : self.end] = keys[j]
+                self._v[row, :, self.end - width : self.end] = values[j]
 
         def select(self, rows: Any, first: int) -> None:
             """Keep batch rows `rows` (one copy, free columns included) and drop the first `first` live columns."""

@@ -53,6 +53,7 @@ class HFEngine:
         # continuous batching keeps prompts' key/value states for reuse, up to this much (0: off)
         self.prefix_cache_bytes = int(prefix_cache_mb) << 20
         self.kv_spare = SPARE_COLUMNS  # free key/value columns a batcher keeps for decode steps (0: concatenate)
+        self.kv_holes = True  # a finished request's batcher row waits for the next request (False: dropped at once)
         self.weights_version = 0  # bumped by update_weights: a batcher's stored prompt states are then stale
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.vision = is_vision_model(model_dir)
@@ -289,7 +290,11 @@ class HFEngine:
         their new tail (`seedcli.engines.prefix_cache`)."""
 
         return ContinuousBatcher(
-            self, max_rows=self.max_batch, prefix_cache_bytes=self.prefix_cache_bytes, spare=self.kv_spare
+            self,
+            max_rows=self.max_batch,
+            prefix_cache_bytes=self.prefix_cache_bytes,
+            spare=self.kv_spare,
+            holes=self.kv_holes,
         )
 
     def update_weights(self, state_dict_or_model: Any) -> None:
