@@ -9,6 +9,11 @@ evaluation's time. Reported per setting: wall time, decode steps, whole-batch co
 many episodes both played alike (same tokens, log-probs within 1e-4: a row's logits can move in the last bits with the
 batch it shares, and a sampled token with them).
 
+Requests leave and join one at a time only when the episodes fall out of step: more games than rows and several turns
+(the defaults, 128 games on 64 rows, up to 8 turns). 64 games of 2 turns on 64 rows play in two waves that leave and
+join together (measured: 15 copies against 8, wall 1.00x), which is not an evaluation's pattern.
+
+    .venv/bin/python bench/hf_holes.py --model DIR             # a warm-started agent (its replies vary in length)
     .venv/bin/python bench/hf_holes.py                         # SmolLM2-135M-Instruct (`make install`), EZPoints
     .venv/bin/python bench/hf_holes.py --rows 16 --threads 1   # the default hf_batch on one thread
     .venv/bin/python bench/hf_holes.py --tiny                  # the tiny model built in code (seconds)
@@ -33,7 +38,7 @@ from prefix_cache import bench_model, play, rollout_args, same  # noqa: E402  (t
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    rollout_args(ap, tasks=64, max_steps=3)
+    rollout_args(ap, tasks=128, max_steps=8)
     ap.set_defaults(group=1)
     ap.add_argument("--rows", type=int, default=64, help="requests decoded at once (the engine's hf_batch)")
     args = ap.parse_args()
