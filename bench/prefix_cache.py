@@ -93,6 +93,18 @@ def rollout_args(ap: argparse.ArgumentParser, tasks: int, max_steps: int) -> Non
     ap.add_argument("--seed", type=int, default=0)
 
 
+def test_games(args: argparse.Namespace):
+    """(environment, its first evaluation split's games that `--tasks` and `--seed` select), with torch on
+    `--threads` threads."""
+    import torch
+
+    from seedcli.envs import get_env
+
+    torch.set_num_threads(args.threads)
+    env = get_env(args.env)
+    return env, env.select_tasks(env.list_tasks(env.eval_splits[0]), args.tasks, args.seed)
+
+
 def bench_model(args: argparse.Namespace, tmp: str) -> tuple[Path, str]:
     """(model directory, name): the tiny model built in `tmp`, `--model`, or SmolLM2 converted once and cached."""
     if args.tiny:
