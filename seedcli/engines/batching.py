@@ -199,11 +199,13 @@ class ContinuousBatcher:
             return
         joining, self.waiting = self.waiting[:free], self.waiting[free:]
         cache, mask, logits = self._prefill([row.prompt for row in joining])
+        wider = bool(self.rows) and mask.shape[1] > self.mask.shape[1]
+        if wider:  # a prompt wider than the running rows: drop the holes, then one splice for all newcomers
+            self._keep(self._live())
         if not self.rows:
             self.cache, self.mask, self.logits, self.rows = self._buffered(cache), mask, logits, joining
             return
-        if mask.shape[1] > self.mask.shape[1]:  # a prompt wider than the running rows: one splice for all
-            self._keep(self._live())
+        if wider:
             self._splice(cache, mask, logits, joining)
             return
         filled = min(len(holes), len(joining))
