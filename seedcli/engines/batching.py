@@ -209,17 +209,16 @@ class ContinuousBatcher:
             self._splice(cache, mask, logits, joining)
             return
         filled = min(len(holes), len(joining))
-        for part, rows, into in (
-            (slice(0, filled), joining[:filled], holes[:filled]),
-            (slice(filled, None), joining[filled:], None),
-        ):
-            if not rows:
-                continue
-            layers = [SimpleNamespace(keys=layer.keys[part], values=layer.values[part]) for layer in cache.layers]
-            if into is not None:
-                self._fill(into, layers, mask[part], logits[part], rows)
-            else:
-                self._splice(SimpleNamespace(layers=layers), mask[part], logits[part], rows)
+
+        def layers(part: slice) -> list[Any]:  # the prefill cache's rows `part`, as `_fill` and `_splice` read them
+            return [SimpleNamespace(keys=layer.keys[part], values=layer.values[part]) for layer in cache.layers]
+
+        if filled:
+            into = slice(0, filled)
+            self._fill(holes[:filled], layers(into), mask[into], logits[into], joining[into])
+        if filled < len(joining):
+            rest = slice(filled, None)
+            self._splice(SimpleNamespace(layers=layers(rest)), mask[rest], logits[rest], joining[rest])
 
     def _fill(self, holes: list[int], layers: list[Any], mask: Any, logits: Any, joining: list[_Row]) -> None:
         """Prefilled newcomers into holes, row by row: newcomer j's cache columns (`layers`' keys and values; at most
@@ -359,10 +358,9 @@ class ContinuousBatcher:
         index = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
         self.mask = self.mask.index_select(0, index)
         self.logits = self.logits.index_select(0, index)
-        first = int((self.mask.sum(0) > 0).nonzero()[0])  # the first column some row uses
-        self.mask = self.mask[:, first:]
         for layer in self.cache.layers:
-            layer.select(index, first)
+            layer.select(index)
+        self._trim()
 
     def _buffered(self, cache: Any) -> Any:
         """`cache` (a prefill's DynamicCache) with BufferedLayers: its states copied before `spare` free columns."""
@@ -445,7 +443,7 @@ def _buffered_layer_class() -> type:
                 self._k[row, :, self.end - width : self.end] = keys[j]
                 self._v[row, :, self.end - width : self.end] = values[j]
 
-        def select(self, rows: Any, first: int) -> None:
+        def select(self, rows: Any, first: int = 0) -> None:
             """Keep batch rows `rows` (one copy, free columns included) and drop the first `first` live columns."""
             self._k = self._k.index_select(0, rows)
             self._v = self._v.index_select(0, rows)
