@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from prefix_cache import bench_model, play, rollout_args, same  # noqa: E402  (the prefix-cache bench's rollout)
+from prefix_cache import bench_model, play, rollout_args, same, test_games  # noqa: E402  (the prefix-cache bench's)
 
 
 def main() -> None:
@@ -37,14 +37,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
 
-    import torch
-
-    torch.set_num_threads(args.threads)
     from seedcli.engines import load_engine
-    from seedcli.envs import get_env
 
-    env = get_env(args.env)
-    tasks = env.select_tasks(env.list_tasks(env.eval_splits[0]), args.tasks, args.seed)
+    env, tasks = test_games(args)
     with tempfile.TemporaryDirectory() as tmp:
         model, name = bench_model(args, tmp)
         engine = load_engine("hf", model, device=args.device, dtype=args.dtype, max_batch=min(args.rows))

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from prefix_cache import bench_model, play, rollout_args, same  # noqa: E402  (the prefix-cache bench's rollout)
+from prefix_cache import bench_model, play, rollout_args, same, test_games  # noqa: E402  (the prefix-cache bench's)
 
 
 def timed(clock: dict):
@@ -58,14 +58,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=64, help="requests decoded at once (the method check's hf_batch)")
     args = ap.parse_args()
 
-    import torch
-
-    torch.set_num_threads(args.threads)
     from seedcli.engines import load_engine
-    from seedcli.envs import get_env
 
-    env = get_env(args.env)
-    tasks = env.select_tasks(env.list_tasks(env.eval_splits[0]), args.tasks, args.seed)
+    env, tasks = test_games(args)
     settings = {
         "transformers": {"attn_implementation": "sdpa", "spare": 0},
         "seedcli": {"attn_implementation": None, "spare": None},
