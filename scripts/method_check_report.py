@@ -52,6 +52,7 @@ MEASURES = [
     ("opd/gate_mean", "gate σ(β·Δ) mean", "f3"),
     ("opd/gate_active_frac", "tokens with gate > 0.5", "pct"),
     ("opd/teacher_gap_mean", "teacher gap ℓ_skill − ℓ_θ mean", "f3"),
+    ("opd/teacher_gap_absmax", "a reply's largest |ℓ_skill − ℓ_θ|, mean over replies", "f3"),
     ("opd/contrast_token_frac", "OPD tokens contrasted with another skill", "pct"),
     ("opd/neg_adv_push_frac", "OPD weight pushing up tokens of negative-advantage episodes", "pct"),
     ("opd/high_entropy_push_frac", "OPD weight on the batch's top-20% entropy tokens", "pct"),

@@ -40,6 +40,13 @@ CURVE_FAMILIES: list[tuple[str, str, str, list[tuple[str, list[str]]]]] = [
     ("kl", "KL(θ‖ref)", "actor/kl", [("", ["actor/kl"])]),
     # a reply's largest per-token term: the token mean above hides the one token that decides a short action
     ("kl_max", "Largest per-token KL(θ‖ref) of a reply", "actor/kl_max", [("", ["actor/kl_max"])]),
+    # the same for the skill: does it move the token that decides the move? (the token mean dilutes it)
+    (
+        "teacher_gap_max",
+        "Largest |ℓ_skill − ℓ_θ| of a reply",
+        "opd/teacher_gap_absmax",
+        [("", ["opd/teacher_gap_absmax"])],
+    ),
 ]
 
 

@@ -141,6 +141,9 @@ def update_metrics(
         "opd/gate_active_frac": stats[3] / stats[4] if stats[4] else 0.0,
         # the SEED code's actor/opd_teacher_gap_mean: mean of ℓ_skill − ℓ_θ over OPD tokens (the trainer's delta)
         "opd/teacher_gap_mean": result.metrics.get("opd/delta_mean", 0.0),
+        # not in the SEED code: each reply's largest |ℓ_skill − ℓ_θ|, averaged over the replies with a skill (the
+        # mean above dilutes the one token that decides a short action ~60-fold, as actor/kl does)
+        "opd/teacher_gap_absmax": result.metrics.get("opd/delta_absmax", 0.0),
         "opd/coef": weights.opd_coef,
         "opd/beta": weights.opd_beta,
         **{f"analyzer/rejected/{k}": v for k, v in rejected.items()},

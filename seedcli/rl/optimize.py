@@ -81,6 +81,8 @@ class LossStats:
     opd: Any = 0.0  # the OPD loss × what it was divided by
     gate: Any = 0.0  # Σ g over OPD tokens
     delta: Any = 0.0  # Σ (ℓ_skill − ℓ_θ) over OPD tokens
+    delta_absmax: Any = 0.0  # Σ over responses with OPD tokens of the response's largest |ℓ_skill − ℓ_θ|
+    delta_rows: Any = 0.0  # responses in delta_absmax
     neg_adv_push: Any = 0.0  # Σ g over OPD tokens with advantage < 0 and gate gap > 0
     contrast_tokens: Any = 0.0  # OPD tokens with another episode's skill (opd_contrast)
     padding: Any = 0.0  # zero-weight micro-batches (counted by train_update)
@@ -156,6 +158,7 @@ def micro_batch_loss(
         _, neg_push = opd_harm_sums(gate, gap, batch["advantages"], opd_mask)
         zero = logp.new_zeros(())
         kl_max, kl_rows = _kl_max_sums(logp.detach(), batch["ref_logp"], mask) if use_ref else (zero, zero)
+        gap_max, gap_rows = _row_absmax_sums(delta, opd_mask)
         if token_stats is not None:
             on = mask != 0
             token_stats.append(torch.stack([entropy.detach()[on], (gate * opd_mask)[on]]).float().cpu())
@@ -176,6 +179,8 @@ def micro_batch_loss(
             opd=opd.detach() * per_opd if n_opd > 0 else opd.detach(),
             gate=(gate * opd_mask).sum(),
             delta=torch.where(opd_mask > 0, delta, torch.zeros_like(delta)).sum(),
+            delta_absmax=gap_max,
+            delta_rows=gap_rows,
             neg_adv_push=neg_push,
             contrast_tokens=(
                 (contrast[1] * opd_mask).sum() if contrast[1] is not None else torch.zeros((), device=n.device)
@@ -194,6 +199,17 @@ def _kl_max_sums(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor)
     per_token = low_var_kl(logp, ref_logp).masked_fill(mask == 0, float("-inf"))
     rows = mask.sum(dim=1) > 0
     return per_token.amax(dim=1)[rows].sum(), rows.sum().to(per_token.dtype)
+
+
+def _row_absmax_sums(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ over rows with a token in `mask` of the row's largest |value| there, rows counted) of a micro-batch.
+
+    For the teacher gap Δ = ℓ_skill − ℓ_θ: `opd/teacher_gap_mean` is a token mean, and on a reply of ~60 JSON tokens
+    around a one-character action it stays ~1e-4 whether or not the skill moves the token that decides the move
+    (docs/method-check-calibration.md); the mean of each reply's largest |Δ| shows whether it does."""
+    per_token = values.abs().masked_fill(mask == 0, float("-inf"))
+    rows = mask.sum(dim=1) > 0
+    return per_token.amax(dim=1)[rows].sum(), rows.sum().to(values.dtype)
 
 
 # --------------------------------------------------------------------------------------------- the optimiser loop
@@ -326,6 +342,7 @@ def _actor_metrics(
         "opd/loss": s.opd / n_opd,
         "opd/gate_mean": s.gate / n_opd if s.opd_tokens else 0.0,
         "opd/delta_mean": s.delta / n_opd,
+        "opd/delta_absmax": s.delta_absmax / s.delta_rows if s.delta_rows else 0.0,
         "opd/token_frac": s.opd_tokens / n,
         # harm measures (issue 19 §3): shares of the OPD weight Σ g over OPD tokens, at θ
         "opd/neg_adv_push_frac": s.neg_adv_push / s.gate if s.gate > 0 else 0.0,

@@ -33,7 +33,7 @@ STATIC = f"static:{REPO / 'data' / 'static_skills.json'}"
 REQUIRED = [
     "step", "reward/mean", "rollout/success_rate", "env/episode_length", "env/invalid_rate",
     "actor/pg_loss", "actor/kl", "actor/entropy", "actor/clip_frac", "actor/grad_norm",
-    "opd/loss", "opd/gate_mean", "opd/delta_mean", "opd/valid_skill_frac",
+    "opd/loss", "opd/gate_mean", "opd/delta_mean", "opd/teacher_gap_absmax", "opd/valid_skill_frac",
     "timing_s/rollout", "timing_s/analyze", "timing_s/rescore", "timing_s/update", "perf/tokens_per_s",
     "sync/probe_mean_abs_diff",
 ]  # fmt: skip

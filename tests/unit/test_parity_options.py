@@ -236,7 +236,9 @@ def test_update_metrics_reports_the_official_opd_names():
         SimpleNamespace(old_logp=torch.tensor([-1.0]), skill_logp=torch.tensor([-0.9])),
     ]
     scored = Rescored([sample], [], mine, {}, 0.0, 0.1, 3, episode_rewards=[10.0, 0.0, 0.0])
-    result = UpdateResult({"opd/delta_mean": 0.25, "opd/gate_mean": 0.6, "opd/token_frac": 0.5, "opd/loss": 0.0})
+    result = UpdateResult(
+        {"opd/delta_mean": 0.25, "opd/delta_absmax": 1.5, "opd/gate_mean": 0.6, "opd/token_frac": 0.5, "opd/loss": 0.0}
+    )
     ctx = SimpleNamespace(
         info=info, plan=Plan("self", None, 0.01, 5.0), hooks=EnvHooks(insert_skill=lambda p, s: p), cfg=RLConfig()
     )
@@ -250,6 +252,7 @@ def test_update_metrics_reports_the_official_opd_names():
     assert record["opd/gate_active_frac"] == pytest.approx(2 / 3)
     assert record["reward/mean"] == pytest.approx(10 / 3)  # the rewards rescore computed, not computed again
     assert record["opd/teacher_gap_mean"] == 0.25 and record["opd/delta_mean"] == 0.25  # the same quantity
+    assert record["opd/teacher_gap_absmax"] == 1.5 and record["opd/delta_absmax"] == 1.5
     assert record["opd/gate_mean"] == 0.6 and record["opd/token_frac"] == 0.5  # kept as they were
     assert record["analyzer/skipped_success"] == 1
     assert record["analyzer/rejected/unparseable"] == 1 and f"analyzer/rejected/{SKIPPED_SUCCESS}" not in record

@@ -248,6 +248,7 @@ def test_training_curves_two_runs(tmp_path):
                 "env/success_rate": 0.15 * s,
                 "opd/loss": -0.5,
                 "opd/gate_mean": 0.6,
+                "opd/teacher_gap_absmax": 0.05 * s,
                 "actor/kl": None,
             }
             for s in range(1, 6)
@@ -264,6 +265,7 @@ def test_training_curves_two_runs(tmp_path):
         "gate_mean.png",
         "kl.png",
         "kl_max.png",
+        "teacher_gap_max.png",
         "curves.png",
     ]
     for p in paths:

@@ -103,6 +103,11 @@ def test_one_update_at_ratio_one_by_hand():
     assert res.metrics["opd/loss"] == pytest.approx(float((gates * deltas).mean()), rel=1e-4, abs=1e-6)
     assert res.metrics["opd/gate_mean"] == pytest.approx(float(gates.mean()), rel=1e-5)
     assert res.metrics["opd/delta_mean"] == pytest.approx(float(deltas.mean()), rel=1e-4, abs=1e-6)
+    # each reply's largest |Δ|, averaged over the replies with a skill (not over tokens, not over all replies)
+    absmax = [float((s.skill_logp - s.old_logp).abs().max()) for s in with_skill]
+    assert 0 < len(with_skill) < len(samples)
+    assert res.metrics["opd/delta_absmax"] == pytest.approx(sum(absmax) / len(absmax), rel=1e-4)
+    assert res.metrics["opd/delta_absmax"] > abs(res.metrics["opd/delta_mean"])
     assert res.metrics["opd/token_frac"] == pytest.approx(len(deltas) / n_tok)
     assert res.metrics["opd/loss"] != 0.0
     assert any(not torch.equal(before[k], v) for k, v in lm.state_dict().items())
