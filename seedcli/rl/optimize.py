@@ -157,8 +157,8 @@ def micro_batch_loss(
         gap = opd_gap(logp, batch["skill_logp"], *contrast)  # what the gate read: Δ, or Δ_c under opd_contrast
         _, neg_push = opd_harm_sums(gate, gap, batch["advantages"], opd_mask)
         zero = logp.new_zeros(())
-        kl_max, kl_rows = _kl_max_sums(logp.detach(), batch["ref_logp"], mask) if use_ref else (zero, zero)
-        gap_max, gap_rows = _row_absmax_sums(delta, opd_mask)
+        kl_max, kl_rows = _row_max_sums(low_var_kl(logp.detach(), batch["ref_logp"]), mask) if use_ref else (zero, zero)
+        gap_max, gap_rows = _row_max_sums(delta.abs(), opd_mask)
         if token_stats is not None:
             on = mask != 0
             token_stats.append(torch.stack([entropy.detach()[on], (gate * opd_mask)[on]]).float().cpu())
@@ -190,24 +190,13 @@ def micro_batch_loss(
     return loss, parts, stats
 
 
-def _kl_max_sums(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Σ over responses of each response's largest per-token KL(θ‖ref) (k3), responses counted) of a micro-batch.
+def _row_max_sums(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ over rows with a token in `mask` of the row's largest value there, rows counted) of a micro-batch.
 
-    `actor/kl` is a token mean: on an environment whose reply is ~60 tokens of JSON around a one-character action it
-    stays ~1e-3 while the one token that decides the move drifts (docs/method-check-calibration.md, "A stronger KL
-    holds `=`"); the mean of each reply's largest term shows that drift."""
-    per_token = low_var_kl(logp, ref_logp).masked_fill(mask == 0, float("-inf"))
-    rows = mask.sum(dim=1) > 0
-    return per_token.amax(dim=1)[rows].sum(), rows.sum().to(per_token.dtype)
-
-
-def _row_absmax_sums(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Σ over rows with a token in `mask` of the row's largest |value| there, rows counted) of a micro-batch.
-
-    For the teacher gap Δ = ℓ_skill − ℓ_θ: `opd/teacher_gap_mean` is a token mean, and on a reply of ~60 JSON tokens
-    around a one-character action it stays ~1e-4 whether or not the skill moves the token that decides the move
-    (docs/method-check-calibration.md); the mean of each reply's largest |Δ| shows whether it does."""
-    per_token = values.abs().masked_fill(mask == 0, float("-inf"))
+    A token mean over a reply of ~60 JSON tokens around a one-character action dilutes the one token that decides the
+    move ~60-fold (docs/method-check-calibration.md, "A stronger KL holds `=`"); the mean of each reply's largest term
+    shows it. `actor/kl_max` takes the per-token KL(θ‖ref) (k3), `opd/delta_absmax` the teacher gap |ℓ_skill − ℓ_θ|."""
+    per_token = values.masked_fill(mask == 0, float("-inf"))
     rows = mask.sum(dim=1) > 0
     return per_token.amax(dim=1)[rows].sum(), rows.sum().to(values.dtype)
 
