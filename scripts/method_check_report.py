@@ -40,6 +40,8 @@ ARM_LABELS = {
     "seed_self_lr1e5": "SEED, self-analyzer, lr 1e-5",
     "grpo_lr1e5_kl1": "GRPO, lr 1e-5, KL 1.0",
     "seed_self_lr1e5_kl1": "SEED, self-analyzer, lr 1e-5, KL 1.0",
+    "seed_self_lr1e5_opd01": "SEED, self-analyzer, lr 1e-5, OPD 0.1",
+    "seed_self_lr1e5_opd1": "SEED, self-analyzer, lr 1e-5, OPD 1.0",
 }
 # the hand-written calibration of the real model's warm start (its runs are not kept)
 CALIBRATION = Path("docs/method-check-calibration.md")
