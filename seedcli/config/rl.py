@@ -325,6 +325,17 @@ class RLConfig(RolloutConfig):
             raise ValueError("--algo gigpo is GiGPO's step credit: drop step_advantage=none, or use --algo grpo")
         return v
 
+    @field_validator("group")
+    @classmethod
+    def _a_group_needs_a_baseline(cls, v: int, info: ValidationInfo) -> int:
+        algo = info.data.get("algo")
+        if v == 1 and algo in ("grpo", "gigpo"):
+            raise ValueError(
+                f"1 puts each episode in a group of its own: --algo {algo} then has no baseline and every advantage is "
+                "0 (nothing to learn); use group>=2"
+            )
+        return v
+
     @field_validator("opd_retire")
     @classmethod
     def _retirement_needs_a_teacher_and_validations(cls, v: str, info: ValidationInfo) -> str:

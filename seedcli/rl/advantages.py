@@ -13,9 +13,10 @@ A turn-sample's advantage is `episode + step_weight·step`:
 Both normalisations are "mean_std" (minus the mean, over the unbiased std + epsilon; verl-agent's mean_std_norm) or
 "mean" (minus the mean; mean_norm).
 
-verl-agent computes in float32; seedcli in float64 by default, so a step group whose returns are all equal gets exactly
-0 (in float32 a mean that is off by one ulp, divided by an std of one ulp + 1e-6, gives every member the same ±0.2-0.5
-under mean_std). `dtype=torch.float32` reproduces verl-agent's numbers bit for bit (tests/unit/test_gigpo.py).
+verl-agent computes in float32; seedcli in float64 by default, where a group (episode or step) whose values are all
+equal gets exactly 0, whatever its mean's rounding (in float32 a mean that is off by one ulp, divided by an std of one
+ulp + 1e-6, gives every member the same ±0.2-0.5 under mean_std; in float64 it was ±1e-11). `dtype=torch.float32`
+reproduces verl-agent's numbers bit for bit (tests/unit/test_gigpo.py).
 
 Pure functions of plain lists: `rl/samples.py: build_turn_samples` hands in what a turn-sample holds (its `Reward`
 scores, penalties and step rewards; the anchor is the observation the turn acted on).
@@ -115,11 +116,19 @@ def discounted_returns(
 
 
 def normalise_in_groups(
-    values: torch.Tensor, ids: Sequence[Hashable], norm: Norm, epsilon: float, *, single: Literal["raw", "zero"]
+    values: torch.Tensor,
+    ids: Sequence[Hashable],
+    norm: Norm,
+    epsilon: float,
+    *,
+    single: Literal["raw", "zero"],
+    exact_zero: bool = True,
 ) -> torch.Tensor:
     """(v − group mean) [/ (unbiased group std + epsilon)] per entry, the groups' members in the order given. A group of
     one: "raw" keeps its value (mean 0, std 1: `episode_norm_reward`), "zero" gets 0 (its own mean, std 1:
-    `step_norm_reward`). Each group's mean and std are taken over its members as one tensor, as verl-agent does."""
+    `step_norm_reward`). Each group's mean and std are taken over its members as one tensor, as verl-agent does.
+    `exact_zero`: a group of several equal values gets exactly 0 (its mean may be an ulp off, and an ulp over
+    std 0 + epsilon is not 0); False keeps verl-agent's arithmetic as it is."""
     if norm not in ("mean_std", "mean"):
         raise ValueError(f"unknown norm {norm!r}: use mean_std or mean")
     members: dict[Hashable, list[int]] = {}
@@ -134,6 +143,8 @@ def normalise_in_groups(
         else:
             mean, std = torch.mean(group), torch.std(group.unsqueeze(0))
         centred = group - mean
+        if exact_zero and len(idx) > 1 and bool((group == group[0]).all()):
+            centred = torch.zeros_like(centred)
         out[idx] = centred if norm == "mean" else centred / (std + epsilon)
     return out
 
@@ -164,8 +175,9 @@ def gigpo_parts(
     returns = returns - torch.tensor(penalties, dtype=dtype)
     sg = step_groups(groups, anchors, similarity=s.similarity, threshold=s.similarity_threshold)
     scores = torch.tensor([float(x) for x in episode_scores], dtype=dtype)
-    episode = normalise_in_groups(scores, list(groups), s.norm, s.epsilon, single="raw")
-    step = normalise_in_groups(returns, sg, s.norm, s.epsilon, single="zero")
+    exact = dtype == torch.float64  # float32: verl-agent's numbers, rounding included (tests/unit/test_gigpo.py)
+    episode = normalise_in_groups(scores, list(groups), s.norm, s.epsilon, single="raw", exact_zero=exact)
+    step = normalise_in_groups(returns, sg, s.norm, s.epsilon, single="zero", exact_zero=exact)
     joint = episode + s.step_weight * step
     return GiGPOParts(joint.tolist(), episode.tolist(), step.tolist(), returns.tolist(), sg)
 

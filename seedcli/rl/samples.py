@@ -75,7 +75,8 @@ def group_advantages(
     `normalize_std=False` gives score − group mean (the SEED code's WebShop setting).
 
     `scores` is [N]; `group_ids` [N] (an int tensor or any hashables) names each sample's group.
-    A group of one sample has no baseline to compare against and gets advantage 0.
+    A group of one sample has no baseline to compare against and gets advantage 0, and so does every sample of a
+    group whose scores are all equal: exactly 0, not the rounding of its mean.
 
     `traj_ids` [N] (advantage_level episode): the group's mean and std are taken over its trajectories, one score
     each — the score of the trajectory's first sample in the order given — instead of over all its samples
@@ -117,8 +118,20 @@ def group_advantages(
     centred = s - mean[group]  # [N]
     adv = centred / (std[group] + eps) if normalize_std else centred
     adv = torch.where(count[group] > 1, adv, torch.zeros_like(adv))
+    # a group whose scores are all equal has no signal: exactly 0 (its float mean can be one ulp off, and that ulp
+    # over std 0 + eps became ±1e-11, which `zero_adv: drop` then kept as nonzero)
+    adv = torch.where(_uniform(s, group, n_groups)[group], torch.zeros_like(adv), adv)
     out_dtype = scores.dtype if scores.is_floating_point() else torch.get_default_dtype()
     return adv.to(out_dtype)
+
+
+def _uniform(values: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """[G] bool: whether every value of a group (each of `n_groups`, `group` [N] naming each value's) is the same."""
+    lo = torch.full((n_groups,), float("inf"), dtype=values.dtype, device=values.device)
+    hi = torch.full((n_groups,), float("-inf"), dtype=values.dtype, device=values.device)
+    lo = lo.scatter_reduce(0, group, values, reduce="amin")
+    hi = hi.scatter_reduce(0, group, values, reduce="amax")
+    return lo == hi
 
 
 # --------------------------------------------------------------------------------------------- turn-samples

@@ -159,6 +159,14 @@ def run(cfg: RLConfig) -> Manifest:
         raise UserError(f"no {cfg.split} tasks for {env.title}; check --data-root")
 
     check_model_sees(env, model_dir, "--from" if source is not None else "--model")
+    if cfg.group == 1:  # (--algo grpo and gigpo refuse it: config/rl.py)
+        lone = (
+            "GiGPO's episode advantage keeps each episode's raw score (verl-agent's rule for a group of one) and its "
+            "step advantage is 0 for unshared states"
+            if cfg.step_advantage == "gigpo"
+            else "there is no baseline and every advantage is 0; only the OPD term (and the KL and entropy terms) trains"
+        )
+        print(f"[rl] note: group=1: each episode is its own group: {lone}", file=sys.stderr)
     multi_node = bool(cfg.torchrun_args)
     if node_rank(cfg.torchrun_args) > 0:
         return _follower_node(cfg, model_dir, world)

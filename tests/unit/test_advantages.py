@@ -128,3 +128,32 @@ def test_turn_level_pushes_down_the_closing_action_when_losses_are_shorter():
 def test_group_advantages_rejects_mismatched_traj_ids():
     with pytest.raises(ValueError, match="trajectory ids"):
         group_advantages(torch.zeros(3), [0, 0, 0], traj_ids=[0, 1])
+
+
+def test_a_group_of_equal_inexact_scores_gets_exactly_zero():
+    # issue 55 §3: twelve turn-samples all scoring −0.1 (lost episodes, every turn invalid): their float64 mean is an
+    # ulp off −0.1, and that ulp over std 0 + 1e-6 gave 1.39e-11 to every sample, so `zero_adv: drop` kept them all
+    scores = torch.full((12,), -0.1, dtype=torch.float64)  # as build_turn_samples hands them in
+    for level in (None, [i // 3 for i in range(12)]):  # per turn-sample, and per episode (4 episodes of 3 turns)
+        for std in (True, False):
+            adv = group_advantages(scores, [0] * 12, normalize_std=std, traj_ids=level)
+            assert adv.tolist() == [0.0] * 12
+    # one equal group beside a mixed one: only the equal group is zeroed
+    adv = group_advantages(torch.tensor([-0.1, -0.1, -0.1, 10.0, 0.0], dtype=torch.float64), [0, 0, 0, 1, 1])
+    assert adv[:3].tolist() == [0.0] * 3 and adv[3] > 0.7 and adv[4] < -0.7
+
+
+def _lost_invalid_episode(group: str, turns: int):
+    t = SimpleNamespace(valid=False, image=None, response_ids=[1, 2], prompt="p", observation="o")
+    return SimpleNamespace(group_id=group, won=False, turns=[t] * turns)
+
+
+def test_zero_adv_drop_drops_a_uniform_group_of_inexact_scores():
+    from seedcli.rl.rescore import teaching_samples
+    from seedcli.rl.samples import build_turn_samples
+
+    episodes = [_lost_invalid_episode("g", 3) for _ in range(4)]  # 12 turn-samples scoring −0.1 each
+    samples = build_turn_samples(episodes, [None] * 4, None, insert_skill=lambda p, s: p, reward=Reward(10.0, 0.1))
+    assert [s.score for s in samples] == pytest.approx([-0.1] * 12)
+    assert [s.advantage for s in samples] == [0.0] * 12
+    assert teaching_samples(samples, "drop") == []  # was all 12

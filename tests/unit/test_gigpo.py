@@ -332,3 +332,15 @@ def test_turn_samples_get_gigpo_advantages_from_the_reward():
     plain = build_turn_samples(episodes, [None, None], None, insert_skill=lambda p, s: p, reward=reward)
     assert all(s.step_group == -1 for s in plain)  # no step credit without gigpo
     assert [s.advantage for s in plain] != pytest.approx(expected)
+
+
+def test_float64_equal_groups_are_exactly_zero_in_both_terms():
+    # issue 55 §3: an episode group of scores all −0.1 and a step group of returns all 10·0.95² are exactly 0 in
+    # float64 under both norms (their means are an ulp off; an ulp over std 0 + eps was ±1e-11 before)
+    for norm in ("mean_std", "mean"):
+        parts = gigpo_parts(
+            ["g"] * 6, [0, 0, 0, 1, 1, 1], ["a", "b", "c"] * 2, [0.0, 0.0, 10.0] * 2, [-0.1] * 6,
+            GiGPOSettings(gamma=0.95, norm=norm),
+        )  # fmt: skip
+        assert parts.episode == [0.0] * 6
+        assert parts.step == [0.0] * 6 and parts.advantages == [0.0] * 6
