@@ -35,3 +35,11 @@ def test_bad_keys_values_and_files_are_one_line_user_errors(tmp_path):
         build_config("collect", "no-such-preset")
     with pytest.raises(UserError, match="not key=value"):
         parse_overrides(["temperature"])
+
+
+def test_group_of_one_is_refused_where_it_leaves_nothing_to_learn():
+    # issue 55 §3: group=1 gives every episode a group of its own, so GRPO-style advantages are all 0
+    for algo in ("grpo", "gigpo"):
+        with pytest.raises(UserError, match="no baseline and every advantage is 0"):
+            build_config("rl", "tiny", None, [f"algo={algo}", "group=1"])
+    assert build_config("rl", "tiny", None, ["algo=seed", "group=1"]).group == 1  # the OPD term still teaches
