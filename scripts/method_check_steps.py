@@ -1,6 +1,7 @@
 """The rl (or eval) steps of every seed × arm of a method check, one "name<TAB>command" line each, for
 scripts/method_check.sh's pool. Environment: RUNS (the check's runs directory), START (the model the rl runs start
-from), ARMS (only these of the config's arms), ENGINE (appended as engine=…), RESUME=1 (an interrupted run of the
+from), ARMS (only these of the config's arms), SEEDS (only these of its seeds, e.g. "0"), ENGINE (appended as
+engine=…), RESUME=1 (an interrupted run of the
 same command continues with `--resume`: an rl run from its last checkpoint, when the machine kept runs/; an eval from
 the episodes it finished, which the record keeps too).
   python scripts/method_check_steps.py configs/method_check.yaml rl|eval
@@ -58,7 +59,8 @@ def steps(config: str, kind: str, env: dict) -> list[str]:
     runs = env["RUNS"]
     index = json.loads((Path(runs) / "index.json").read_text()) if kind == "eval" else {}
     lines = []
-    for seed in mc["seeds"]:
+    seeds = [s for s in mc["seeds"] if not env.get("SEEDS") or str(s) in env["SEEDS"].split()]
+    for seed in seeds:
         for arm, args in arms.items():
             name = f"{arm}_s{seed}"
             if kind == "rl":

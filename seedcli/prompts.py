@@ -21,6 +21,9 @@ ANALYSIS_PROMPT_VERSIONS = (ANALYSIS_PROMPT_VERSION, ANALYSIS_VISUAL_PROMPT_VERS
 
 IMAGE_PLACEHOLDER = "<image>"  # where an image goes in a user message's text (the images travel alongside, in order)
 
+# every `--analyzer oracle` skill starts with this: privileged information (the expert's knowledge of the task), not a
+# skill the policy could have written; the leak audit flags it whole (seedcli/skill_leaks.py)
+ORACLE_PREFIX = "Privileged (oracle): "
 SKILL_HEADING = "Episode-Level Skill"
 SKILL_INSTRUCTION = "Use the following skill, learned in hindsight from this kind of task, to choose your actions."
 

@@ -2,7 +2,8 @@
 
 What a leak is belongs to each environment, next to its reward (`Environment.leaks(trajectory, skill)`: search's
 golden answer, WebShop's goal product, ALFWorld's numbered instances, Sokoban's moves, EZPoints' cards); this
-module only counts. It is handed the environment object and imports none, so a stage and the rl loop can both use it:
+module only counts (an oracle skill, which starts with `ORACLE_PREFIX`, leaks whole: it is privileged by design). It
+is handed the environment object and imports none, so a stage and the rl loop can both use it:
 
     metrics.update(leak_metrics(env, trajectories, skills))  # skills[i]: episode i's skill, or None
     # -> {"skills/leak_frac": 0.25, "skills/leak_frac/<category>": ..., ...}
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from seedcli.prompts import ORACLE_PREFIX
 
 LEAK_FRAC = "skills/leak_frac"
 
@@ -23,6 +26,9 @@ def find_leaks(env: Any, trajectories: Sequence, skills: Sequence[str | None]) -
     for traj, skill in zip(trajectories, skills, strict=True):
         if skill is None or not skill.strip():
             out.append(None)
+            continue
+        if skill.startswith(ORACLE_PREFIX):  # `--analyzer oracle`: privileged from end to end, whatever the rule finds
+            out.append([(0, len(skill))])
             continue
         merged: list[tuple[int, int]] = []
         for start, end in sorted(env.leaks(traj, skill)):

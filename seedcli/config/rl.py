@@ -23,7 +23,8 @@ class RLConfig(RolloutConfig):
     analyzer: str = Field(
         "self",
         description="self (π_old writes each episode's skill) | rules (the environment's offline rules analyzer "
-        "writes it from the trajectory) | static:FILE | none",
+        "writes it from the trajectory) | oracle (privileged, not SEED: the environment's expert knowledge of the task, "
+        "e.g. its plan; the bound on what the OPD channel can carry; needs leak_guard off) | static:FILE | none",
     )
     steps: int = Field(150, ge=1, description="policy updates")
     batch_tasks: int = Field(16, ge=1, description="training games per update")
@@ -35,6 +36,20 @@ class RLConfig(RolloutConfig):
     entropy_coef: float = Field(0.001, ge=0, description="entropy bonus coefficient")
     opd_coef: float = Field(0.01, ge=0, description="λ_opd")
     opd_beta: float = Field(5.0, ge=0, description="gate sharpness β (0 = constant gate 0.5, OPSD)")
+    opd_form: Literal["gated_nll", "signed", "reward_direction"] = Field(
+        "gated_nll",
+        description="the OPD term's per-token weight w on −∇ℓ_θ (rl/losses.py, docs/parity.md): gated_nll = SEED's "
+        "σ(β·Δ), which raises every sampled token; signed = clip(Δ, ±opd_clip), which pushes down tokens the skilled "
+        "teacher likes less (on-policy distillation's sign); reward_direction = sign(A)·clip(sign(A)·Δ, 0, opd_clip), "
+        "the outcome gives the direction and the teacher gap the extra magnitude (RLSD/SERL's split); Δ = ℓ_skill − ℓ_θ",
+        json_schema_extra={"hash": "if_set"},
+    )
+    opd_clip: float = Field(
+        1.0,
+        gt=0,
+        description="c, the largest |w| of the signed forms (nats of teacher gap); not used by gated_nll",
+        json_schema_extra={"hash": "if_set"},
+    )
     clip_eps: float = Field(0.2, gt=0, description="PPO clip ε")
     dual_clip: float = Field(3.0, gt=1, description="dual-clip c for negative advantages")
     grad_clip: float = Field(1.0, gt=0, description="max grad norm")
@@ -336,6 +351,16 @@ class RLConfig(RolloutConfig):
             )
         return v
 
+    @field_validator("leak_guard")
+    @classmethod
+    def _the_oracle_leaks_on_purpose(cls, v: str, info: ValidationInfo) -> str:
+        if v != "off" and str(info.data.get("analyzer", "")).strip() == "oracle" and info.data.get("algo") != "grpo":
+            raise ValueError(
+                "--analyzer oracle gives the teacher privileged information on purpose, which the leak guard would "
+                "mask or drop; set leak_guard=off (the leak audit still reports it)"
+            )
+        return v
+
     @field_validator("opd_retire")
     @classmethod
     def _retirement_needs_a_teacher_and_validations(cls, v: str, info: ValidationInfo) -> str:
@@ -354,7 +379,8 @@ class RLConfig(RolloutConfig):
     @classmethod
     def _step_skills_need_the_self_analyzer(cls, v: str, info: ValidationInfo) -> str:
         algo, spec = info.data.get("algo"), str(info.data.get("analyzer", "self")).strip()
-        if v != "episode_only" and algo != "grpo" and (algo == "sdar" or spec.startswith("static:") or spec == "rules"):
+        fixed = spec.startswith("static:") or spec in ("rules", "oracle")
+        if v != "episode_only" and algo != "grpo" and (algo == "sdar" or fixed):
             source = "--algo sdar" if algo == "sdar" else f"--analyzer {spec}"
             raise ValueError(
                 f"{v} needs step skills, which only --analyzer self writes ({source} gives episode skills only); "
@@ -389,4 +415,6 @@ class RLConfig(RolloutConfig):
         if self.opd_retire == "off":
             for name in ("retire_teacher_success", "retire_fraction", "retire_patience"):
                 out.pop(name, None)
+        if self.opd_form == "gated_nll":  # the clip of the signed forms changes nothing then
+            out.pop("opd_clip", None)
         return out

@@ -19,7 +19,8 @@ What an environment supplies (class attributes are constants; methods have a def
                 `advantage_norm` ("mean_std" or "mean": how GRPO normalises a group's turn scores), `gigpo_norm`
                 and `gigpo_similarity_threshold` (GiGPO's mode and similarity grouping in verl-agent's launchers)
     analysis    `analysis_description` (first sentence of the analysis prompt), `rules_skill(trajectory)`,
-                `leaks(trajectory, skill)` (spans of the skill that leak this episode's hindsight facts)
+                `leaks(trajectory, skill)` (spans of the skill that leak this episode's hindsight facts),
+                `oracle_skill(trajectory)` (the privileged text of `--analyzer oracle`: the expert's plan by default)
     policies    `expert_response(result)`, `random_response(result, rng)`
     eval        `categories`, `eval_splits`, `limit_per_category`, `counted_actions`, `reports_reward`
     tokenizer   `sample_texts()`, `template_texts()`: text the tiny models' tokenizer is trained on
@@ -53,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from seedcli.envs.card import EnvCard
 from seedcli.errors import UserError
-from seedcli.prompts import insert_after_line, insert_step_skill
+from seedcli.prompts import ORACLE_PREFIX, insert_after_line, insert_step_skill
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,7 +88,7 @@ class EnvOptions(BaseModel):
     the environment checks them again when it is built, and `seed envs` lists them. This base declares none, so an
     environment that does not subclass it refuses every option."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a float option is finite (as stage configs')
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,35 @@ class Environment(ABC):
         """The (start, end) character spans of `skill` that leak what only hindsight on `trajectory` knows (the
         answer, the goal product, where the target was, the moves); empty when none. The default finds none."""
         return []
+
+    # -- privileged information (`--analyzer oracle`) ------------------------------------------------------------
+
+    def expert_plan(self, task: Task, limit: int = 100) -> list[tuple[str, StepResult]]:
+        """The expert's actions on `task` from its start, each with the result it led to: an expert game played in
+        this process, at most `limit` steps; [] when the expert offers no action."""
+        game = self.new_game(expert=True)
+        try:
+            result = game.reset(task)
+            plan: list[tuple[str, StepResult]] = []
+            while not result.done and result.expert_action and len(plan) < limit:
+                action = result.expert_action
+                result = game.step(action)
+                plan.append((action, result))
+            return plan
+        finally:
+            game.close()
+
+    def oracle_skill(self, trajectory) -> str | None:
+        """The privileged text `--analyzer oracle` gives the teacher for this episode's task: what the expert knows
+        before playing (by default its plan, the actions that solve the task from the start), not a hindsight skill
+        (it is the same whatever the episode did); None when the expert has no plan. Cached per task."""
+        key = (trajectory.task_id, trajectory.split)
+        cache = self.__dict__.setdefault("_oracle_cache", {})
+        if key not in cache:
+            plan = self.expert_plan(Task(trajectory.task_id, trajectory.category, trajectory.split))
+            steps = "; ".join(f"{i}. {action}" for i, (action, _) in enumerate(plan, 1))
+            cache[key] = f"{ORACLE_PREFIX}the expert's plan for this task: {steps}." if plan else None
+        return cache[key]
 
     # -- tokenizer ------------------------------------------------------------------------------------------------
 

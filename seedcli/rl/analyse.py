@@ -112,6 +112,11 @@ def analyse(
             kept = len(skill.split()) >= cfg.min_skill_words and bool(skill.strip())
             skills[i] = skill if kept else None
             reasons[i] = None if kept else TOO_SHORT
+    elif plan.analyzer == "oracle" and episodes and ctx.hooks.oracle_skill is not None:
+        # privileged information, not SEED: the environment's expert knowledge of each episode's task (the bound on
+        # what the OPD channel can carry); the same text whatever the episode did, so `analyze` does not apply
+        skills = [ctx.hooks.oracle_skill(ep) for ep in episodes]
+        reasons = [None if s else "no_oracle_for_task" for s in skills]
     return skills, reasons
 
 

@@ -7,7 +7,6 @@ environment: the stage builds an `RLContext` once per session and the phases onl
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,7 +40,7 @@ from seedcli.rl.weight_sync import WeightSync
 class Plan:
     """What the algorithm switches decide (docs/design.md §1: baselines are switches of the same loop)."""
 
-    analyzer: str  # self | static | rules | none
+    analyzer: str  # self | static | rules | oracle | none
     library: SkillLibrary | None
     opd_coef: float
     opd_beta: float
@@ -82,7 +81,9 @@ def loss_weights(cfg: RLConfig, plan: Plan, step: int, retired_at: int | None = 
     """The loss coefficients of update `step`: the config's, with the plan's λ_opd (0 outside
     opd_start/stop_after_steps and after a retirement, and then no teacher pass either) and β."""
     coef = opd_coef_at(cfg, plan.opd_coef, step, retired_at)
-    return LossWeights(cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, coef, plan.opd_beta)
+    return LossWeights(
+        cfg.clip_eps, cfg.dual_clip, cfg.kl_coef, cfg.entropy_coef, coef, plan.opd_beta, cfg.opd_form, cfg.opd_clip
+    )
 
 
 def update_seed(seed: int, step: int, *parts: object) -> int:
@@ -108,6 +109,8 @@ class EnvHooks:
     find_leaks: Callable[[Sequence, Sequence], list] | None = None
     # `--analyzer rules`: the environment's rules analyzer, trajectory -> (episode_summary, episode_skill)
     rules_skill: Callable[[Any], tuple[str, str]] | None = None
+    # `--analyzer oracle`: the environment's privileged text for an episode's task (the expert's plan), or None
+    oracle_skill: Callable[[Any], str | None] | None = None
 
 
 @dataclasses.dataclass
@@ -174,17 +177,19 @@ class RLContext:
 # --------------------------------------------------------------------------------------------- the models
 
 
-def load_lm(path: Path, info, dtype=None):
-    """A Hugging Face causal LM (fp32 by default: the master weights) on this rank's device; FSDP then shards it."""
+def load_lm(path: Path, info, dtype=None, attn_implementation: str | None = None):
+    """A Hugging Face causal LM (fp32 by default: the master weights) on this rank's device; FSDP then shards it.
+    `attn_implementation`: None is transformers' default for the model."""
     from transformers import AutoModelForCausalLM  # lazy: importing transformers takes seconds
 
     if is_vision_model(path):  # the vision tower is part of the policy: trained, sharded and refreshed with it
         from transformers import AutoModelForImageTextToText as AutoModelForCausalLM  # noqa: N814
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **extra)
     return lm.to(info.device)  # under FSDP, fully_shard then shards the parameters already on the rank's GPU
 
 
-def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path, *, resumed: bool) -> Models:
+def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path) -> Models:
     """The actor (from `start_dir`: the starting model or the checkpoint resumed), the frozen reference (always the
     starting model `model_dir`) and AdamW. The hf engine on one process or DDP shares the actor's weights."""
     compute = compute_dtype(cfg.dtype, info.device)
@@ -218,10 +223,12 @@ def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path, *
         # bf16: half the memory, no cast per pass
         bf16_ref = info.device.type == "cuda" or compute == torch.bfloat16
         ref_dtype = torch.bfloat16 if bf16_ref else torch.float32
-        if not resumed and not info.fsdp:
-            ref_lm = copy.deepcopy(lm).to(ref_dtype)
-        else:
-            ref_lm = load_lm(model_dir, info, ref_dtype)
+        # loaded from the starting model's files, fresh or resumed alike (a resumed actor holds trained weights), with
+        # the actor's attention; a cast copy of the actor would also cast the rotary inv_freq buffer, which
+        # from_pretrained keeps in fp32: in bf16 that moved the reference's logits by up to 0.086, and a resumed run's
+        # KL with them (issue 55 §5)
+        attention = lm.config._attn_implementation if shared else None  # the hf engine's grouped sdpa
+        ref_lm = load_lm(model_dir, info, ref_dtype, attention)
         ref_lm.eval()
         for p in ref_lm.parameters():
             p.requires_grad_(False)

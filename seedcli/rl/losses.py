@@ -13,6 +13,7 @@ import math
 import torch
 
 __all__ = [
+    "OPD_FORMS",
     "low_var_kl",
     "masked_mean",
     "masked_sum",
@@ -125,6 +126,9 @@ def ppo_clip_stats(
     }
 
 
+OPD_FORMS = ("gated_nll", "signed", "reward_direction")
+
+
 def opd_loss(
     student_logp: torch.Tensor,
     teacher_logp: torch.Tensor,
@@ -133,20 +137,44 @@ def opd_loss(
     denom: float | None = None,
     contrast_logp: torch.Tensor | None = None,
     contrast_mask: torch.Tensor | None = None,
+    *,
+    form: str = "gated_nll",
+    clip: float = 1.0,
+    advantages: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """SEED's gated on-policy distillation loss and its gate; returns (loss, gate [B, T], detached).
+    """The on-policy distillation loss and each token's weight on −∇ℓ_θ; returns (loss, weight [B, T], detached).
 
-    Δ = ℓ_skill − sg(ℓ_θ), g = sg(σ(β·Δ)), L = mean over `mask` of g·(ℓ_skill − ℓ_θ), so ∇L = −g·∇ℓ_θ / n:
-    a gate-weighted NLL that raises the tokens the skill context endorses. β = 0 gives g = 0.5 (OPSD).
+    Δ = ℓ_skill − sg(ℓ_θ) (or, where `contrast_mask` is 1, Δ_c = ℓ_skill − ℓ_other: see below). Every form's gradient
+    is −w·∇ℓ_θ / n with a detached per-token weight w; only w differs (docs/parity.md derives each):
+
+    gated_nll (SEED's): w = g = sg(σ(β·Δ)) ∈ (0, 1), L = mean over `mask` of g·(ℓ_skill − ℓ_θ): a gate-weighted NLL
+      that raises every sampled token, more where the skill context endorses it. β = 0 gives g = 0.5 (OPSD).
+    signed: w = sg(clip(Δ, −c, c)), L = mean of −w·ℓ_θ: tokens the skilled teacher likes less than the student are
+      pushed down (the sign of on-policy distillation's per-token reverse KL, GKD / Thinking Machines).
+    reward_direction (RLSD / SERL's split): w = sign(A)·sg(clip(sign(A)·Δ, 0, c)), L = mean of −w·ℓ_θ with A the
+      token's advantage (`advantages`): the outcome gives the direction, the teacher gap only how much more a token
+      gets of it (a won episode's tokens the skill endorses go up more, a lost one's it disowns go down more; tokens
+      with A = 0 or a gap against the outcome get none).
+
     `opd_contrast: shuffled` (added; not in the SEED code): given ℓ_other (`contrast_logp`, the same tokens under
-    another episode's skill) where `contrast_mask` is 1, the gate uses Δ_c = Δ − (ℓ_other − sg ℓ_θ) = ℓ_skill −
-    ℓ_other in place of Δ; the factor g·(ℓ_skill − ℓ_θ), hence ∇L = −σ(β·Δ_c)·∇ℓ_θ / n, is unchanged.
+    another episode's skill) where `contrast_mask` is 1, every form reads Δ_c = Δ − (ℓ_other − sg ℓ_θ) = ℓ_skill −
+    ℓ_other in place of Δ; gated_nll's factor g·(ℓ_skill − ℓ_θ), hence ∇L = −σ(β·Δ_c)·∇ℓ_θ / n, is unchanged.
     """
     teacher_logp = teacher_logp.detach()  # the skill-context score is a fixed target
     delta = opd_gap(student_logp.detach(), teacher_logp, contrast_logp, contrast_mask)  # [B, T]
-    gate = torch.sigmoid(beta * delta)  # [B, T], no grad: all inputs are detached
-    per_token = gate * (teacher_logp - student_logp)  # [B, T]
-    return token_mean(per_token, mask, denom), gate
+    if form == "gated_nll":
+        gate = torch.sigmoid(beta * delta)  # [B, T], no grad: all inputs are detached
+        return token_mean(gate * (teacher_logp - student_logp), mask, denom), gate
+    if form == "signed":
+        weight = torch.clamp(delta, -clip, clip)  # [B, T]
+    elif form == "reward_direction":
+        if advantages is None:
+            raise ValueError("opd_form reward_direction needs the tokens' advantages")
+        sign = torch.sign(advantages.detach())  # [B, T]
+        weight = sign * torch.clamp(sign * delta, 0.0, clip)
+    else:
+        raise ValueError(f"unknown opd_form {form!r}: use one of {', '.join(OPD_FORMS)}")
+    return token_mean(-weight * student_logp, mask, denom), weight
 
 
 def opd_gap(
@@ -169,9 +197,10 @@ def opd_gap(
 def opd_harm_sums(
     gate: torch.Tensor, gap: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(OPD weight Σ g·mask, the part of it on tokens with advantage < 0 and gap > 0): their ratio is
-    `opd/neg_adv_push_frac`, the share of OPD weight where the skill endorses what the outcome punished."""
-    weight = torch.where(mask != 0, gate * mask, torch.zeros_like(gate))  # [B, T]
+    """(OPD weight Σ |w|·mask, the part of it on tokens with advantage < 0 and gap > 0): their ratio is
+    `opd/neg_adv_push_frac`, the share of OPD weight where the skill endorses what the outcome punished (`gate` is
+    `opd_loss`'s weight w: SEED's gate g > 0, or a signed form's w)."""
+    weight = torch.where(mask != 0, gate.abs() * mask, torch.zeros_like(gate))  # [B, T]
     harm = (advantages < 0) & (gap > 0)
     return weight.sum(), torch.where(harm, weight, torch.zeros_like(weight)).sum()
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from seedcli.errors import UserError
+from seedcli.errors import NonFiniteValue, UserError
 from seedcli.rl.batching import VisionFn, collate, padding_sample, plan_micro_batches
 from seedcli.rl.distributed import DistInfo, all_gather_object, all_reduce_, gradient_sync, reshard
 from seedcli.rl.logprobs import shares_prefix
@@ -52,6 +52,8 @@ class LossWeights:
     entropy_coef: float = 0.001
     opd_coef: float = 0.01
     opd_beta: float = 5.0
+    opd_form: str = "gated_nll"  # gated_nll (SEED's) | signed | reward_direction (rl/losses.py: opd_loss)
+    opd_clip: float = 1.0  # c of the signed forms: |w| ≤ c
 
 
 @dataclass
@@ -79,7 +81,9 @@ class LossStats:
     ppo_kl: Any = 0.0
     opd_tokens: Any = 0.0  # response tokens with a skill
     opd: Any = 0.0  # the OPD loss × what it was divided by
-    gate: Any = 0.0  # Σ g over OPD tokens
+    gate: Any = 0.0  # Σ w over OPD tokens (SEED's gate g; a signed form's signed weight)
+    weight_abs: Any = 0.0  # Σ |w| over OPD tokens
+    push_down: Any = 0.0  # Σ |w| over OPD tokens with w < 0 (the signed forms push them down)
     delta: Any = 0.0  # Σ (ℓ_skill − ℓ_θ) over OPD tokens
     delta_absmax: Any = 0.0  # Σ over responses with OPD tokens of the response's largest |ℓ_skill − ℓ_θ|
     delta_rows: Any = 0.0  # responses in delta_absmax
@@ -145,7 +149,10 @@ def micro_batch_loss(
     n_opd = opd_mask.sum()
     contrast = batch.get("contrast_logp"), batch.get("contrast_mask")
     if n_opd > 0:
-        opd, gate = opd_loss(logp, batch["skill_logp"], opd_mask, w.opd_beta, n_opd_all, *contrast)
+        opd, gate = opd_loss(
+            logp, batch["skill_logp"], opd_mask, w.opd_beta, n_opd_all, *contrast,
+            form=w.opd_form, clip=w.opd_clip, advantages=batch["advantages"],
+        )  # fmt: skip
     else:
         opd, gate = logp.new_zeros(()), torch.zeros_like(logp)
     loss = total_loss(pg, kl, ent, opd, kl_coef=w.kl_coef, entropy_coef=w.entropy_coef, opd_coef=w.opd_coef)
@@ -161,7 +168,7 @@ def micro_batch_loss(
         gap_max, gap_rows = _row_max_sums(delta.abs(), opd_mask)
         if token_stats is not None:
             on = mask != 0
-            token_stats.append(torch.stack([entropy.detach()[on], (gate * opd_mask)[on]]).float().cpu())
+            token_stats.append(torch.stack([entropy.detach()[on], (gate.abs() * opd_mask)[on]]).float().cpu())
         # token-weighted sums of this micro-batch (the metrics are token means over the whole update)
         per = float(n_all) if n_all is not None else n  # what pg, kl and ent were divided by
         per_opd = float(n_opd_all) if n_opd_all is not None else n_opd
@@ -178,6 +185,8 @@ def micro_batch_loss(
             opd_tokens=n_opd,
             opd=opd.detach() * per_opd if n_opd > 0 else opd.detach(),
             gate=(gate * opd_mask).sum(),
+            weight_abs=(gate.abs() * opd_mask).sum(),
+            push_down=(gate.clamp(max=0).abs() * opd_mask).sum(),
             delta=torch.where(opd_mask > 0, delta, torch.zeros_like(delta)).sum(),
             delta_absmax=gap_max,
             delta_rows=gap_rows,
@@ -218,10 +227,12 @@ def train_update(
     use_ref: bool = True,
     vision: VisionFn | None = None,
     padding_ids: Sequence[int] | None = None,
+    step: int | None = None,
 ) -> UpdateResult:
     """One epoch over `plan` (see `rl.batching.plan_minibatches`): one optimizer step per mini-batch. This rank's
     samples must be re-scored. A non-finite loss or grad norm on any rank skips that step on every rank and ends the
-    update early (the rest of its mini-batches come from the same data and would fail the same way)."""
+    update early (the rest of its mini-batches come from the same data and would fail the same way). A weight that
+    is non-finite after an optimizer step (on any rank) stops the run: `NonFiniteValue`, naming update `step`."""
     reshard(model)
     by_prefix = shares_prefix(model)  # one game's samples in one micro-batch: the scorer runs their prefix once
     stats = LossStats()
@@ -261,11 +272,28 @@ def train_update(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         steps += 1
+        if not weights_finite(params, info):
+            lr = optimizer.param_groups[0]["lr"]
+            raise NonFiniteValue(
+                f"update {step if step is not None else '?'}: the weights are non-finite (nan or inf) after the "
+                f"optimizer step of mini-batch {j + 1} (grad norm {float(grad_norm):.4g}, lr {lr:.3g}); the run "
+                "stops and exports nothing: start it again with a lower lr (or check the model's dtype)"
+            )
 
     stats = stats.all_reduced(info)
     metrics = _actor_metrics(stats, grad_norms, steps, skipped, token_stats, info)
     metrics["actor/lr"] = float(optimizer.param_groups[0]["lr"])
     return UpdateResult(metrics, skipped, cause, steps, int(stats.tokens))
+
+
+def weights_finite(params: Sequence[torch.Tensor], info: DistInfo) -> bool:
+    """Whether every rank's weights (their local shards under FSDP) are all finite: one flag all-reduced."""
+    with torch.no_grad():
+        local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
+        ok = torch.stack([torch.isfinite(p).all() for p in local]).all() if local else torch.tensor(True)
+    bad = torch.tensor([0.0 if bool(ok) else 1.0], device=info.device)
+    all_reduce_(bad, info, op="max")
+    return bad.item() == 0
 
 
 def _backward(
@@ -330,6 +358,7 @@ def _actor_metrics(
         "actor/skipped": float(skipped),
         "opd/loss": s.opd / n_opd,
         "opd/gate_mean": s.gate / n_opd if s.opd_tokens else 0.0,
+        "opd/push_down_frac": s.push_down / s.weight_abs if s.weight_abs > 0 else 0.0,
         "opd/delta_mean": s.delta / n_opd,
         "opd/delta_absmax": s.delta_absmax / s.delta_rows if s.delta_rows else 0.0,
         "opd/token_frac": s.opd_tokens / n,

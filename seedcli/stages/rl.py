@@ -75,7 +75,7 @@ from seedcli.rl.run_log import append_record, read_records_upto, rewrite_records
 from seedcli.rl.skill_library import SkillCategories, default_library_path, load_skill_library
 from seedcli.rl.update import update
 from seedcli.rollout import EpisodeSpec, ModelPolicy, episode_metrics, play_episodes
-from seedcli.stages.common import check_model_dir, check_model_sees, make_env
+from seedcli.stages.common import chain_model, check_model_dir, check_model_sees, make_env
 from seedcli.stages.rl_setup import _context, _resume_point, _start_rank, _task_sampler, env_workers  # noqa: F401
 
 DEFAULT_STATIC_SKILLS = REPO_ROOT / "data" / "static_skills.json"
@@ -111,7 +111,11 @@ def resolve_plan(cfg: RLConfig) -> Plan:
         if cfg.algo == "sdar":
             raise UserError("--algo sdar distils from a fixed library: use --analyzer static:FILE, not rules")
         return Plan("rules", None, cfg.opd_coef, beta)
-    raise UserError(f"--analyzer {spec!r}: use self | rules | static:FILE | none")
+    if spec == "oracle":
+        if cfg.algo == "sdar":
+            raise UserError("--algo sdar distils from a fixed library: use --analyzer static:FILE, not oracle")
+        return Plan("oracle", None, cfg.opd_coef, beta)
+    raise UserError(f"--analyzer {spec!r}: use self | rules | oracle | static:FILE | none")
 
 
 def skill_categories(env_name: str) -> SkillCategories:
@@ -173,8 +177,7 @@ def run(cfg: RLConfig) -> Manifest:
 
     chained = source or model_run(model_dir)  # --model runs/warmstart/<id>/model chains that run too
     with open_run("rl", cfg) as run:
-        if chained is not None:
-            run.add_input(chained[1].stage, chained[0], chained[1])
+        chain_model(run, model_dir, chained)
         if cfg.resume:
             ckpt = latest_checkpoint(run.path / CHECKPOINTS)
             done = read_checkpoint_state(ckpt)["step"] if ckpt else 0
@@ -205,6 +208,8 @@ def run(cfg: RLConfig) -> Manifest:
             outputs[IMAGES_DIR] = None
         summary.pop("_sample_records", None)
         summary["analyzer"] = plan.analyzer + (f":{plan.library.path}" if plan.library else "")
+        if plan.analyzer == "oracle":  # what a report of this run must not read as SEED's
+            summary["analyzer"] = "oracle (privileged information, not SEED: the bound on the OPD channel)"
         return run.complete(outputs, summary)
 
 
@@ -262,7 +267,7 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     start_dir = ckpt / "model" if ckpt else Path(model_dir)
     env = make_env(cfg)
     engine, meta = load_rollout_engine(cfg, start_dir, info, env.frame_size())
-    models = load_models(cfg, info, engine, start_dir, Path(model_dir), resumed=ckpt is not None)
+    models = load_models(cfg, info, engine, start_dir, Path(model_dir))
     if ckpt is not None:
         load_optimizer_and_rng(ckpt, models.optimizer, models.train_model, info)
     timing_load = time.perf_counter() - t_load
@@ -281,8 +286,18 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     ctx = _context(cfg, plan, info, engine, meta, models, env, run_dir)
     # RetireOPD's rule, where a resumed run left it (every rank decides the same: its inputs are all-reduced)
     ctx = dataclasses.replace(ctx, retirement=retirement_for(cfg, state.get("retirement")))
+    restore_probe_calibration(ctx, state)
     loop = _TrainingLoop(ctx, sampler, val_games, guard, run_dir, start_step, timing_load)
     return loop.run(env)
+
+
+def restore_probe_calibration(ctx: RLContext, state: dict) -> None:
+    """A resumed run keeps the weight-sync probe's calibration of the run's first check (its rank's entry of the
+    checkpoint's), rather than re-measuring it on the checkpoint's weights: `sync/probe_calibration` and
+    `sync/probe_drift` then read as in an uninterrupted run."""
+    saved = state.get("probe_calibration") or []
+    if ctx.info.rank < len(saved) and saved[ctx.info.rank] is not None:
+        ctx.sync.check_sync.calibration = float(saved[ctx.info.rank])
 
 
 @dataclasses.dataclass
@@ -373,6 +388,8 @@ class _TrainingLoop:
             "sampler": self.sampler.state_dict(),
             "nonfinite_streak": self.guard.streak,
             **({"retirement": ctx.retirement.state_dict()} if ctx.retirement is not None else {}),
+            # every rank's weight-sync probe calibration (collective), so a resume logs the probe as it would have
+            "probe_calibration": D.all_gather_object(getattr(ctx.sync.check_sync, "calibration", None), ctx.info),
             "metrics": {k: v for k, v in record.items() if isinstance(v, (int, float))},
         }
         path = save_checkpoint(

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from seedcli.config import RLConfig
@@ -27,7 +29,9 @@ from seedcli.stages.common import settings_from
 
 
 def _start_rank(cfg: RLConfig):
-    """Join the process group (one process: a group of one) and seed this rank."""
+    """Join the process group (one process: a group of one) and seed this rank: torch, and Python's and numpy's
+    generators too, whose states every checkpoint saves (unseeded, they came from the OS, so two runs' rng.pt, and a
+    resumed run's, differed from an uninterrupted one's)."""
     info = D.init_distributed(
         use_cuda=cfg.gpus > 0,
         fsdp=None if cfg.parallel == "auto" else cfg.parallel == "fsdp",
@@ -36,6 +40,8 @@ def _start_rank(cfg: RLConfig):
     if info.world > 1 and info.device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.world))
     torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed % 2**32)
     return info
 
 
@@ -78,7 +84,7 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env, r
         reward=Reward(env.success_reward, env.invalid_penalty),
         audit_skills=lambda episodes, skills: leak_metrics(env, episodes, skills),
         find_leaks=lambda episodes, skills: find_leaks(env, episodes, skills),
-        rules_skill=env.rules_skill,
+        rules_skill=env.rules_skill, oracle_skill=env.oracle_skill,
     )  # fmt: skip
     return RLContext(
         cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, models=models, hooks=hooks, sync=sync,

@@ -172,6 +172,57 @@ def test_opd_gate_favours_tokens_the_skill_endorses():
     assert gate[0, 0] > 0.99 and gate[0, 1] < 0.01
 
 
+def _direct_weight(form: str, delta: float, adv: float, c: float) -> float:
+    """The per-token weight on −∇ℓ_θ written out from docs/parity.md, one scalar at a time."""
+    if form == "signed":
+        return max(-c, min(c, delta))
+    sign = (adv > 0) - (adv < 0)
+    return sign * max(0.0, min(c, sign * delta))
+
+
+@pytest.mark.parametrize("form", ["signed", "reward_direction"])
+@pytest.mark.parametrize("denom", [None, 11.0])
+def test_signed_forms_gradient_equals_a_direct_computation(form, denom):
+    torch.manual_seed(1)
+    student = (torch.randn(3, 6) * 2).requires_grad_(True)
+    teacher = torch.randn(3, 6) * 2
+    adv = torch.tensor([1.3, -0.7, 0.0]).unsqueeze(1).expand(3, 6).contiguous()  # one advantage per reply
+    mask = (torch.rand(3, 6) > 0.3).float()
+    c = 0.8
+    loss, weight = opd_loss(student, teacher, mask, beta=5.0, denom=denom, form=form, clip=c, advantages=adv)
+    loss.backward()
+    n = denom if denom is not None else mask.sum().item()
+    expected_w = torch.tensor(
+        [[_direct_weight(form, float(teacher[i, j] - student[i, j]), float(adv[i, j]), c) for j in range(6)]
+         for i in range(3)]
+    )  # fmt: skip
+    torch.testing.assert_close(weight, expected_w)
+    torch.testing.assert_close(student.grad, -expected_w * mask / n)  # ∇L = −w·∇ℓ_θ / n
+    assert not weight.requires_grad
+    assert loss.item() == pytest.approx(float((-expected_w * student.detach() * mask).sum()) / n, rel=1e-5)
+
+
+def test_signed_pushes_down_what_the_teacher_dislikes_and_gated_never_does():
+    student = torch.tensor([[-2.0, -2.0]], requires_grad=True)
+    teacher = torch.tensor([[-1.0, -3.0]])  # endorsed (Δ = +1), disliked (Δ = −1)
+    ones = torch.ones(1, 2)
+    _, gate = opd_loss(student, teacher, ones)
+    assert bool((gate > 0).all())  # SEED's gate raises both tokens
+    _, w = opd_loss(student, teacher, ones, form="signed", clip=0.5)
+    assert w.tolist() == [[0.5, -0.5]]  # clipped at c, and the disliked token is pushed down
+    win, lose = torch.full((1, 2), 2.0), torch.full((1, 2), -2.0)
+    _, w_win = opd_loss(student, teacher, ones, form="reward_direction", advantages=win)
+    _, w_lose = opd_loss(student, teacher, ones, form="reward_direction", advantages=lose)
+    assert w_win.tolist() == [[1.0, 0.0]]  # a win: the endorsed token goes up more, the disliked gets nothing
+    assert w_lose.tolist() == [[0.0, -1.0]]  # a loss: the disowned token goes down more, never up
+    _, w_zero = opd_loss(student, teacher, ones, form="reward_direction", advantages=torch.zeros(1, 2))
+    assert w_zero.abs().sum() == 0
+    with pytest.raises(ValueError, match="advantages"):
+        opd_loss(student, teacher, ones, form="reward_direction")
+    with pytest.raises(ValueError, match="unknown opd_form"):
+        opd_loss(student, teacher, ones, form="kl")
+
+
 # --- total ---------------------------------------------------------------------------------------------
 
 

@@ -24,11 +24,12 @@ from seedcli.envs.base import Environment, EnvOptions, StepResult, Task
 from seedcli.envs.card import EnvCard
 from seedcli.envs.ezpoints import prompt
 from seedcli.envs.ezpoints.episode import EZPointsGame
-from seedcli.envs.ezpoints.expert import demo_thought
+from seedcli.envs.ezpoints.expert import demo_thought, oracle_formula
 from seedcli.envs.ezpoints.game import ACTION_NAMES, CANVAS_SIZE, TRAIN_SEED_RANGE, resolve_data_root, test_seeds
 from seedcli.envs.ezpoints.projection import format_response, gym_projection
 from seedcli.envs.ezpoints.reward import ADVANTAGE_NORM, INVALID_PENALTY, SUCCESS_REWARD, card_spans
 from seedcli.envs.ezpoints.rules import RULES_VERSION, rules_skill
+from seedcli.prompts import ORACLE_PREFIX
 
 CATEGORY = "ezpoints"
 TEST_SIZE = 512
@@ -146,6 +147,12 @@ class EZPointsEnv(Environment):
 
     def rules_skill(self, trajectory) -> tuple[str, str]:
         return rules_skill(trajectory)
+
+    def oracle_skill(self, trajectory) -> str | None:
+        """The formula for this game's cards (`expert.oracle_formula`): the values, the operator that makes 12 and
+        the four characters to append. Privileged: what the expert computes before playing."""
+        formula = oracle_formula(trajectory.task)
+        return f"{ORACLE_PREFIX}{formula}" if formula else None
 
     def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
         """Spans of `skill` naming this game's cards (a card's name, or both values side by side: "5 and 7", "5+7";

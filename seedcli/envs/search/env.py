@@ -25,9 +25,12 @@ from seedcli.envs.search.episode import SearchGame
 from seedcli.envs.search.expert import UNKNOWN, expert_response
 from seedcli.envs.search.projection import format_response, parse_reply
 from seedcli.envs.search.retriever import TOPK, Retriever, make_retriever, normalise_url
-from seedcli.envs.search.reward import ADVANTAGE_NORM, INVALID_PENALTY, SUCCESS_REWARD, answer_spans
+from seedcli.envs.search.reward import ADVANTAGE_NORM, INVALID_PENALTY, SUCCESS_REWARD, answer_in_text, answer_spans
 from seedcli.envs.search.rules import RULES_VERSION, rules_skill
 from seedcli.errors import UserError
+from seedcli.prompts import ORACLE_PREFIX
+
+ORACLE_PASSAGE_CHARS = 400  # the oracle skill's passage, cut to this many characters
 
 CARD = EnvCard(
     metric_labels={
@@ -226,6 +229,25 @@ class SearchEnv(Environment):
         normalises them, as whole words (`reward.answer_spans`). The question is read from the trajectory's split."""
         task = Task(trajectory.task_id, trajectory.category, trajectory.split)
         return answer_spans(list(self.question(task).golden_answers), skill)
+
+    def oracle_skill(self, trajectory) -> str | None:
+        """The question's answer and the passage that holds it (the expert's one search for the question's text:
+        its first passage with a golden answer, cut to ORACLE_PASSAGE_CHARS), or the answer alone when no passage
+        holds it. Privileged: the answer itself."""
+        key = (trajectory.task_id, trajectory.split)
+        cache = self.__dict__.setdefault("_oracle_cache", {})
+        if key not in cache:
+            q = self.question(Task(trajectory.task_id, trajectory.category, trajectory.split))
+            answers = list(q.golden_answers)
+            hits = self.retriever().search([q.question], self.options.get("topk", TOPK))[0]
+            held = [h["document"]["contents"].strip() for h in hits]
+            found = next(((answer_in_text(answers, text), text) for text in held if answer_in_text(answers, text)), None)
+            answer = found[0] if found else answers[0]
+            text = f"{ORACLE_PREFIX}the answer is {answer}."
+            if found:
+                text += f" The passage that holds it: {found[1][:ORACLE_PASSAGE_CHARS]}"
+            cache[key] = text
+        return cache[key]
 
     def sample_texts(self) -> list[str]:
         try:
