@@ -12,12 +12,33 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, Ctrl-C: no temp file is left behind, `path` stays as it was
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def overwrite_in_place(path: Path, data: bytes) -> bool:
+    """Write `data` over `path`'s own bytes, padded with spaces to its length (JSON allows trailing space), so that
+    nothing is allocated: the last write on a full disk, where `atomic_write_bytes` has no room for its temp file.
+    False (the file left as it was) when `data` is longer than the file or the write fails."""
+    try:
+        size = Path(path).stat().st_size
+        if len(data) > size:
+            return False
+        with open(path, "r+b") as fh:
+            fh.write(data + b" " * (size - len(data)))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        return False
+    return True

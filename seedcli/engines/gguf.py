@@ -89,6 +89,18 @@ def gguf_fields(path: Path) -> dict[str, str | None]:
     return {"architecture": arch, "license": text("general.license")}
 
 
+def gguf_file(gguf_path: str | os.PathLike) -> Path:
+    """`--gguf`: an existing file (a directory is refused naming the .gguf files in it), resolved."""
+    path = Path(gguf_path).expanduser().resolve()
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.gguf"))
+        inside = f" (it holds {', '.join(found[:5])})" if found else " (it holds no .gguf file)"
+        raise UserError(f"--gguf {gguf_path}: a directory, not a GGUF file; pass the .gguf file itself{inside}")
+    if not path.is_file():
+        raise UserError(f"--gguf {gguf_path}: no such file")
+    return path
+
+
 def import_gguf(
     gguf_path: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -101,9 +113,7 @@ def import_gguf(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = Path(gguf_path).expanduser().resolve()
-    if not path.is_file():
-        raise UserError(f"--gguf {gguf_path}: no such file")
+    path = gguf_file(gguf_path)
     if dtype not in ("float32", "bfloat16"):
         raise UserError(f"--dtype {dtype}: use float32 or bfloat16")
     fields = gguf_fields(path)
@@ -114,8 +124,8 @@ def import_gguf(
             "(convert others with transformers yourself and pass the directory as --model)"
         )
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"--out {out} exists and is not empty; choose a new directory")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out} exists and is not an empty directory; choose a new directory")
     t0 = time.time()
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     try:

@@ -1,18 +1,19 @@
-"""The rl run's logs, metrics.jsonl and samples.jsonl: one record per update appended and fsynced (non-finite values
-become null), and cut back to a checkpoint's step when a run resumes. Also what a sampled update logs beside its
-metrics (`sample_record`: one episode, token by token) and the analysis dumps (`write_dumps`, `dump_analyses`)."""
+"""The rl run's logs, metrics.jsonl and samples.jsonl: one record per update appended and fsynced (a non-finite
+value is written as the string "nan", "inf" or "-inf", never as null), and cut back to a checkpoint's step when a
+run resumes. Also what a sampled update logs beside its metrics (`sample_record`: one episode, token by token) and
+the analysis dumps (`write_dumps`, `dump_analyses`)."""
 
 from __future__ import annotations
 
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from seedcli.artifacts import atomic_write_bytes
 from seedcli.prompts import analysis_prompt_version, is_visual
+from seedcli.records import visible_floats
 from seedcli.rl import distributed as D
 from seedcli.rl.analyse import Batch
 from seedcli.rl.context import RLContext
@@ -53,16 +54,7 @@ def append_record(path: Path, record: dict) -> None:
 
 
 def _dumps(record: dict) -> bytes:
-    def clean(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: clean(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [clean(x) for x in v]
-        return v
-
-    return orjson.dumps(clean(record)) + b"\n"
+    return orjson.dumps(visible_floats(record)) + b"\n"
 
 
 # --------------------------------------------------------------------------------------------- what an update logs

@@ -89,6 +89,7 @@ def update(ctx: RLContext, rollout: Rollout, sampler: Any, step: int, want_sampl
             use_ref=models.ref_model is not None,
             vision=ctx.vision_inputs if ctx.vision_processor is not None else None,
             padding_ids=ctx.padding_ids(),
+            step=step,
         )
     log.memory("update")
     if scored.reused_old:  # ℓ_old came from the update's own forward: the shift ℓ_skill − ℓ_old is counted now

@@ -6,6 +6,7 @@ model/."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -17,10 +18,10 @@ from seedcli.artifacts import atomic_write_text
 from seedcli.config import SFTConfig
 from seedcli.engines.base import is_vision_model
 from seedcli.engines.vision import load_image_processor, vision_inputs
-from seedcli.errors import UserError
+from seedcli.errors import NonFiniteValue, UserError
 from seedcli.images import ImageStore
 from seedcli.precision import compute_dtype_name
-from seedcli.records import JsonlWriter, read_jsonl, write_jsonl
+from seedcli.records import JsonlWriter, read_jsonl, visible_floats, write_jsonl
 from seedcli.sftdata import IGNORE_INDEX, Example
 
 LAUNCH_FILE = "launch.json"  # what the torchrun workers need: the config, the base model and the device
@@ -62,12 +63,29 @@ def _make_metrics_callback(path: Path, total_steps_hint: int | None = None) -> A
         def _write(self, row: dict) -> None:
             if self.writer is None:
                 self.writer = JsonlWriter(path)
-            self.writer.write(row)
+            self.writer.write(visible_floats(row))  # a nan loss reads "nan", not null
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.t_last = time.time()
 
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            # before this step's checkpoint is saved; every rank holds the same weights, so every rank stops
+            if model is not None and not all(bool(p.isfinite().all()) for p in model.parameters()):
+                raise NonFiniteValue(
+                    f"sft step {state.global_step}: the weights are non-finite (nan or inf) after the optimizer "
+                    f"step (lr {args.learning_rate:g}); nothing is exported: start again with a lower lr"
+                )
+
         def on_log(self, args, state, control, logs=None, **kwargs):
+            names = {"loss": "train/loss", "grad_norm": "train/grad_norm", "eval_loss": "val/loss"}
+            bad = [k for k in names if isinstance((logs or {}).get(k), float) and not math.isfinite(logs[k])]
+            if bad:  # the logged loss is the ranks' mean: every rank stops
+                if state.is_world_process_zero:
+                    self._write({"step": state.global_step, **{names[k]: logs[k] for k in bad}})
+                raise NonFiniteValue(
+                    f"sft step {state.global_step}: {' and '.join(f'{k} {logs[k]}' for k in bad)}; nothing is "
+                    f"exported: start again with a lower lr (now {args.learning_rate:g})"
+                )
             if not state.is_world_process_zero or not logs:
                 return
             row: dict[str, Any] = {"step": state.global_step, "epoch": round(float(state.epoch or 0.0), 4)}
@@ -221,6 +239,7 @@ def train(run_dir: Path, cfg: SFTConfig, base: Path, device: str) -> None:
         dataset_kwargs={"skip_prepare_dataset": True},  # data/ holds input_ids and labels already (sftdata.py)
         logging_steps=1,
         logging_first_step=True,
+        logging_nan_inf_filter=False,  # a nan loss is logged as nan (and stops the run), not as the window's mean
         eval_strategy="epoch" if val_examples else "no",
         eval_on_start=bool(val_examples) and last is None,
         save_strategy="steps",

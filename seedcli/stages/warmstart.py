@@ -66,10 +66,10 @@ from seedcli.engines.hf import HFEngine
 from seedcli.engines.tiny import QWEN_VOCAB_SIZE, build_tiny_model, model_hash
 from seedcli.envs import get_env, tokenizer_texts
 from seedcli.envs.base import Environment
-from seedcli.errors import UserError
+from seedcli.errors import NonFiniteValue, UserError
 from seedcli.precision import compute_dtype_name
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION
-from seedcli.records import write_jsonl
+from seedcli.records import visible_floats, write_jsonl
 from seedcli.stages.common import check_model_dir
 from seedcli.stages.demos import (
     DEMO_VERSION,
@@ -119,18 +119,19 @@ def run(cfg: WarmStartConfig) -> Manifest:
         if model_dir.exists():
             shutil.rmtree(model_dir)
         shutil.copytree(base, model_dir)
-        record, demos = clone(model_dir, cfg)
+        try:
+            record, demos = clone(model_dir, cfg)
+        except NonFiniteValue as exc:  # the run ends failed with the loss curve up to the step that failed ...
+            write_jsonl(run.file("metrics.jsonl"), [visible_floats(r) for r in _metric_rows(exc.rows)])
+            shutil.rmtree(model_dir)  # ... and no model that `--model` could take
+            raise
         games = [
             {"episode_id": d.trajectory.episode_id, "task_id": d.trajectory.task_id, "won": d.trajectory.won,
              "turns": len(d.trajectory.turns)}
             for d in demos
         ]  # fmt: skip
         n_games = write_jsonl(run.file("games.jsonl"), games)
-        rows = [
-            {"step": c["step"], "epoch": c["epoch"], "train/response_nll": c["response_nll"], "train/loss": c["loss"]}
-            for c in record["curve"]
-        ]
-        n_rows = write_jsonl(run.file("metrics.jsonl"), rows)
+        n_rows = write_jsonl(run.file("metrics.jsonl"), _metric_rows(record["curve"]))
         metrics = {
             "env": record["env"],
             "inputs/base_model": str(base),
@@ -141,6 +142,14 @@ def run(cfg: WarmStartConfig) -> Manifest:
             "model_hash": model_hash(model_dir),
         }
         return run.complete({MODEL_DIR: None, "games.jsonl": n_games, "metrics.jsonl": n_rows}, metrics)
+
+
+def _metric_rows(curve: list[dict]) -> list[dict]:
+    """metrics.jsonl's rows of a loss curve (one per batch)."""
+    return [
+        {"step": c["step"], "epoch": c["epoch"], "train/response_nll": c["response_nll"], "train/loss": c["loss"]}
+        for c in curve
+    ]
 
 
 def _summary(record: dict) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from seedcli.errors import UserError
+from seedcli.errors import NonFiniteValue, UserError
 from seedcli.precision import autocast
 from seedcli.rl.batching import pack_in_order, pad_right
 from seedcli.rl.distributed import DistInfo, all_reduce_, init_distributed, launch, shutdown, torchrun_command
@@ -28,6 +28,7 @@ from seedcli.stages.demos import log
 
 LAUNCH_FILE = "launch.json"
 CURVE_FILE = "curve.json"
+ERROR_FILE = "error.txt"  # a rank's NonFiniteValue, for the launcher to raise
 PROGRESS_EVERY_S = 60.0  # a progress line at least this often (a CPU batch of 8k tokens takes ~30 s)
 
 
@@ -134,7 +135,6 @@ def train_clone(
     step = 0
     t_train = t_logged = time.time()
     for epoch in range(epochs):
-        nll_sum = tok_sum = 0.0
         for idx in plan[epoch]:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step)
@@ -144,12 +144,23 @@ def train_clone(
                 _sum_gradients(params, info)
                 totals = all_reduce_(torch.tensor([loss, nll, ntok], dtype=torch.float64), info)
                 loss, nll, ntok = (float(x) for x in totals)
+            row = {"step": step + 1, "epoch": epoch + 1, "response_nll": nll / max(ntok, 1.0), "loss": loss}
+            where = f"the warm start, batch {step + 1} of {total} (epoch {epoch + 1})"
+            if not math.isfinite(loss):  # every rank holds the summed loss: all stop together
+                raise NonFiniteValue(
+                    f"{where}: the loss is {loss}; nothing is exported: start it again with a lower lr (now {lr:g})",
+                    [*curve, row],
+                )
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
-            nll_sum += nll
-            tok_sum += ntok
+            if not all(bool(torch.isfinite(p).all()) for p in params):  # the ranks' weights are equal
+                raise NonFiniteValue(
+                    f"{where}: the weights are non-finite (nan or inf) after the optimizer step at lr "
+                    f"{lr_at(step):g}; nothing is exported: start it again with a lower lr",
+                    [*curve, row],
+                )
             step += 1
-            curve.append({"step": step, "epoch": epoch + 1, "response_nll": nll / max(ntok, 1.0), "loss": loss})
+            curve.append(row)
             now = time.time()
             if rank == 0 and (step % 20 == 0 or step == total or now - t_logged >= PROGRESS_EVERY_S):
                 t_logged = now
@@ -157,11 +168,15 @@ def train_clone(
                 mean = sum(c["response_nll"] for c in recent) / len(recent)
                 eta = (now - t_train) / step * (total - step)
                 log(
-                    f"epoch {epoch + 1}/{epochs} batch {step}/{total}: response NLL {mean:.3f} "
-                    f"({now - t_train:.0f}s, ~{eta:.0f}s left)"
+                    f"epoch {epoch + 1}/{epochs} batch {step}/{total}: response NLL {mean:.3f} (mean of the last "
+                    f"{len(recent)} batches) ({now - t_train:.0f}s, ~{eta:.0f}s left)"
                 )
         if rank == 0:
-            log(f"epoch {epoch + 1} done: response NLL {nll_sum / max(tok_sum, 1.0):.3f}")
+            # the quantity warmstart.json and the manifest record as epoch_response_nll: the mean of the epoch's
+            # batches' NLL per response token (a token-weighted mean over the epoch reads a little differently)
+            rows = [c["response_nll"] for c in curve if c["epoch"] == epoch + 1]
+            mean = sum(rows) / max(len(rows), 1)
+            log(f"epoch {epoch + 1} done: response NLL {mean:.3f} (mean of its {len(rows)} batches)")
     return curve
 
 
@@ -205,6 +220,8 @@ def train_on_ranks(model_dir: Path, examples: list, nproc: int, settings: dict) 
         (Path(tmp) / LAUNCH_FILE).write_text(json.dumps(orders))
         cmd = torchrun_command(nproc, Path(tmp), module="seedcli.stages.warmstart_train")
         rc = launch(cmd, env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+        if (Path(tmp) / ERROR_FILE).exists():  # a rank's one line (a non-finite loss): the same error here
+            raise NonFiniteValue((Path(tmp) / ERROR_FILE).read_text())
         if rc != 0 or not (Path(tmp) / CURVE_FILE).exists():
             raise UserError(
                 f"the warm start's torchrun ranks exited with code {rc} (their errors are above); fix the cause and "
@@ -223,7 +240,12 @@ def _worker_main(run_dir: str) -> None:
         settings = dict(orders["settings"])
         epochs, seed = settings.pop("epochs"), settings.pop("seed")
         examples = [tuple(e) for e in orders["examples"]]
-        curve = train_clone(model, examples, epochs, seed, info=info, **settings)
+        try:
+            curve = train_clone(model, examples, epochs, seed, info=info, **settings)
+        except NonFiniteValue as exc:  # every rank stops at the same batch; rank 0 hands the line to the launcher
+            if info.is_main:
+                (Path(run_dir) / ERROR_FILE).write_text(str(exc))
+            raise SystemExit(2) from None
         if info.is_main:
             model.save_pretrained(orders["model_dir"], safe_serialization=True)
             (Path(run_dir) / CURVE_FILE).write_text(json.dumps(curve))

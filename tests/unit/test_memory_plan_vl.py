@@ -166,14 +166,17 @@ def test_model_init_accepts_the_vl_shape_preset(tmp_path, monkeypatch):
     calls = []
 
     def fake_build(out, preset, seed=0, corpus=None):
-        calls.append((str(out), preset, seed, corpus))
+        calls.append((out.name, preset, seed, corpus))
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")  # what the rename into place checks for
         return out
 
     monkeypatch.setattr(vision, "build_vl_model", fake_build)  # nothing of 7.5 GB is built
     out = tmp_path / "vl3b"
     result = CliRunner().invoke(app, ["model", "init", "--preset", "qwen2.5-vl-3b-shape", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert calls == [(str(out), "qwen2.5-vl-3b-shape", 0, None)]  # Qwen's tokenizer: no corpus to learn
+    # built beside --out, then renamed into place; Qwen's tokenizer: no corpus to learn
+    assert calls == [("model", "qwen2.5-vl-3b-shape", 0, None)] and (out / "config.json").is_file()
     help_text = CliRunner().invoke(app, ["model", "init", "--help"], env={"COLUMNS": "300"}).output
     assert "qwen2.5-vl-3b-shape" in help_text
     bad = CliRunner().invoke(app, ["model", "init", "--preset", "qwen2.5-vl-7b-shape", "--out", str(out)])
