@@ -19,7 +19,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from seedcli import __version__
+from seedcli import __version__, atomic
 from seedcli.artifacts.lock import (  # noqa: F401 - re-exported
     LOCK,
     RunLock,
@@ -253,7 +253,10 @@ class Run:
         self.manifest.error = error[:2000]
         self.manifest.finished = utc_now()
         self.manifest.wall_time_s = round(self._wall_before + time.time() - self._t0, 3)
-        self.save()
+        try:
+            self.save()
+        except OSError:  # a full disk has no room for the atomic write's temp file: over the old manifest's blocks
+            atomic.overwrite_in_place(self.path / MANIFEST, self.manifest.model_dump_json().encode())
 
 
 def _runs_relative(run_dir: Path, runs_root: Path) -> str | None:

@@ -18,12 +18,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from seedcli.cli.common import cli_errors, err_console
+from seedcli.cli.common import OneLineErrors, cli_errors, err_console, out_dir
 from seedcli.cli.model import model_app, retriever_app
 from seedcli.config import STAGE_CONFIGS, build_config, to_yaml
 from seedcli.errors import UserError
 
 app = typer.Typer(
+    cls=OneLineErrors,  # a bad option or value is one `error:` line (exit 2), as every other error
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -477,6 +478,8 @@ def report_cmd(
     with cli_errors("report"):
         from seedcli.report.commands import report_command
 
+        out_dir(out, "report")
+
         written = report_command(runs, out, seeds)
     for name, path in dict(written).items():
         Console().print(f"{name}: {path}")
@@ -490,6 +493,8 @@ def plot_cmd(
     """Draw training curves from metrics.jsonl to PNG."""
     with cli_errors("plot"):
         from seedcli.report.commands import plot_command
+
+        out_dir(out, "figures")
 
         written = plot_command(runs, out)
     for path in written:

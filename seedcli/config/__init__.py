@@ -255,6 +255,8 @@ def build_config(
 
 def _message(err: Any) -> str:
     """pydantic's message of one error, without the "Value error, " it puts before our validators' own text."""
+    if err["type"] == "finite_number":  # every float of a config is finite (`allow_inf_nan=False` in StageConfig)
+        return f"{err['msg']}, not {err['input']}; give a finite value"
     return str(err["msg"]).removeprefix("Value error, ")
 
 
