@@ -164,8 +164,9 @@ PYEOF
     [ -f "$WARM_FROM/warmstart.json" ] || { echo "WARM_FROM=$WARM_FROM has no warmstart.json" >&2; exit 2; }
     record warmstart_reused cp -r "$WARM_FROM" "$MODEL"
   else
-    # nothing else runs during the warm start: two threads train it faster than one
-    record warmstart env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 seed model init --preset "$PRESET" --out "$MODEL" \
+    # nothing else runs during the warm start: two threads train it faster than one; --force: with RESUME=1 a model
+    # an earlier session built but did not record is rebuilt (`seed model init` keeps an existing model otherwise)
+    record warmstart env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 seed model init --preset "$PRESET" --out "$MODEL" --force \
       --seed "$SEED" --warm-start expert --env "$ENV" --games "$GAMES" --epochs "$EPOCHS" ${WS_LR:+--lr $WS_LR} \
       --no-skill-writing
   fi
