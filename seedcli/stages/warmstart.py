@@ -184,7 +184,8 @@ def _summary(record: dict) -> dict[str, Any]:
 
 def warm_start(model_dir: str | os.PathLike, cfg: WarmStartConfig) -> dict:
     """Behaviour-clone the expert into the model at `model_dir` (trained in place) as `cfg` says and write
-    warmstart.json beside it; returns that record. `seed model init --warm-start expert` calls this on its --out."""
+    warmstart.json beside it; returns that record. `seed model init --warm-start expert` calls this on the model it
+    builds beside --out (renamed into place once trained: `artifacts/staging.py`)."""
     return clone(Path(model_dir), cfg)[0]
 
 
