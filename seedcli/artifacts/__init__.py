@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -29,6 +27,12 @@ from seedcli.artifacts.lock import (  # noqa: F401 - re-exported
     utc_now,
     writer_alive,
 )
+from seedcli.artifacts.provenance import (  # noqa: F401 - re-exported
+    REPO_ROOT,
+    devices,
+    git_info,
+    sha256_file,
+)
 from seedcli.atomic import atomic_write_bytes, atomic_write_text  # re-exported: callers import them from here
 from seedcli.config import StageConfig, run_workdir, to_yaml
 from seedcli.errors import UserError
@@ -37,7 +41,6 @@ from seedcli.loggers import check_installed, parse_loggers, start_mirror
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 LOGGERS_STATE = ".loggers.json"  # the metric loggers' progress (seedcli.loggers.STATE_FILE)
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 STAGES = ("collect", "annotate", "sft", "rl", "eval", "warmstart")
 CURRENT_RUN: Path | None = None  # the run directory this process opened last (the CLI names it in error messages)
 
@@ -103,14 +106,6 @@ class Manifest(BaseModel):
     )
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def package_versions() -> dict[str, str | None]:
     """Versions that decide results; missing packages are recorded as None."""
     out: dict[str, str | None] = {"seedcli": __version__, "python": platform.python_version()}
@@ -120,31 +115,6 @@ def package_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
-
-
-def git_info() -> dict[str, Any]:
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(
-                ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5, check=True
-            ).stdout.strip()
-        except Exception:  # noqa: BLE001 - no git, not a repo: recorded as unknown
-            return None
-
-    rev = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"revision": rev, "dirty": bool(status) if status is not None else None}
-
-
-def devices() -> list[str]:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except Exception:  # noqa: BLE001
-        pass
-    return [f"cpu ({os.cpu_count()} cores, {platform.machine()})"]
 
 
 def read_manifest(run_dir: Path) -> Manifest:
@@ -415,8 +385,102 @@ def open_run(stage: str, cfg: StageConfig, argv: list[str] | None = None) -> Ite
         lock.release()
 
 
-def verify_run(run_dir: Path, stage: str | tuple[str, ...], check_hashes: bool = True) -> Manifest:
-    """Refuse an input that is not a complete run of the expected stage or whose files changed."""
+def output_problems(run_dir: Path, manifest: Manifest, hashes: bool = True) -> list[str]:
+    """What no longer matches the manifest's record of the run's outputs, one clause per file: missing, another size,
+    or (with `hashes`) another sha256; [] for an intact run. Without `hashes` it is one stat per file, fast on any
+    run; with them every byte is read (about 0.7 s per GB on one core)."""
+    problems = []
+    for out in manifest.outputs:
+        f = Path(run_dir) / out.path
+        if not f.is_file():
+            problems.append(f"output {out.path} is missing")
+        elif f.stat().st_size != out.bytes:
+            problems.append(
+                f"{out.path} does not match its sha256 in the manifest"
+                if hashes
+                else f"{out.path} is {f.stat().st_size} bytes, not the {out.bytes} its manifest records"
+            )
+        elif hashes and sha256_file(f) != out.sha256:
+            problems.append(f"{out.path} does not match its sha256 in the manifest")
+    return problems
+
+
+def input_dir(ref: InputRef, run_dir: Path, runs_dir: str | Path | None) -> Path | None:
+    """Where an input run is now: `ref.locate` under the given runs root, else under the reading run's own."""
+    return ref.locate(runs_dir) or ref.locate(Path(run_dir).absolute().parent.parent)
+
+
+def input_changed(ref: InputRef, found: Path, reader: Manifest) -> Manifest | None:
+    """The input's manifest when it is no longer the run that `reader` read (its manifest.json's sha256 differs from
+    the one recorded), else None. A run that was still going when read (an eval of an rl checkpoint) finishes later,
+    and its manifest changes with that: not a change; its files are checked as any input's."""
+    manifest = read_manifest(found)
+    if manifest_sha256(found) == ref.manifest_sha256:
+        return None
+    if manifest.status != "complete" or (manifest.finished or "") > reader.created:
+        return None
+    return manifest
+
+
+def chain_problems(run_dir: Path, manifest: Manifest, runs_dir: str | Path | None = None) -> list[str]:
+    """The whole chain of runs that `manifest` names as inputs, and theirs in turn, as each is now: still the run that
+    was read (`input_changed`), and, once complete, holding its outputs at the sizes its manifest records. An input
+    no longer on disk is skipped: a pruned run breaks no chain. One clause per problem, each naming the input run."""
+    problems: list[str] = []
+    seen: set[Path] = set()
+    todo = [(Path(run_dir), manifest)]
+    while todo:
+        reader_dir, reader = todo.pop()
+        for ref in reader.inputs:
+            found = input_dir(ref, reader_dir, runs_dir)
+            if found is None or found in seen:
+                continue
+            seen.add(found)
+            try:
+                changed = input_changed(ref, found, reader)
+                current = changed or read_manifest(found)
+            except UserError as exc:
+                problems.append(f"its input {found} is damaged ({str(exc).removeprefix(f'{found / MANIFEST}: ')})")
+                continue
+            if changed is not None:
+                problems.append(
+                    f"its input {ref.stage} run {found} changed after {reader_dir.name} read it (its manifest.json "
+                    "is not the one recorded)"
+                )
+                continue
+            if current.status == "complete":
+                problems += [f"its input {ref.stage} run {found}: {p}" for p in output_problems(found, current, False)]
+            todo.append((found, current))
+    return problems
+
+
+def run_problems(
+    run_dir: Path, manifest: Manifest, runs_dir: str | Path | None = None, hashes: bool = False
+) -> list[str]:
+    """What `seed runs` shows of a complete run that no longer matches its manifest: its outputs (`output_problems`)
+    and its direct inputs that changed after it read them (`input_changed`; their own files are their own runs')."""
+    problems = output_problems(run_dir, manifest, hashes)
+    for ref in manifest.inputs:
+        found = input_dir(ref, run_dir, runs_dir)
+        if found is None:
+            continue
+        try:
+            if input_changed(ref, found, manifest) is not None:
+                problems.append(f"input {ref.stage}/{ref.run_id} changed after this run read it")
+        except UserError:
+            problems.append(f"input {ref.stage}/{ref.run_id} is damaged")
+    return problems
+
+
+def verify_run(
+    run_dir: Path,
+    stage: str | tuple[str, ...],
+    check_hashes: bool = True,
+    runs_dir: str | Path | None = None,
+) -> Manifest:
+    """Refuse an input that is not a complete run of the expected stage, whose files changed (each one's sha256 with
+    `check_hashes`), or whose chain of inputs changed (`chain_problems`: each input's manifest as recorded, its files
+    by size; a stage that reads an upstream run's files verifies that run itself)."""
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     stages = (stage,) if isinstance(stage, str) else stage
@@ -433,18 +497,16 @@ def verify_run(run_dir: Path, stage: str | tuple[str, ...], check_hashes: bool =
             f"{run_dir}: the {manifest.stage} run is {state}, not complete; "
             f"finish it with `seed {manifest.stage} --resume {run_dir}` or pick another run"
         )
-    if check_hashes:
-        for out in manifest.outputs:
-            f = run_dir / out.path
-            if not f.exists():
-                raise UserError(
-                    f"{run_dir}: output {out.path} is missing; the run was modified — rerun {manifest.stage}"
-                )
-            if f.stat().st_size != out.bytes or sha256_file(f) != out.sha256:
-                raise UserError(
-                    f"{run_dir}: {out.path} does not match its sha256 in the manifest (modified or tampered); "
-                    f"rerun {manifest.stage}"
-                )
+    problems = output_problems(run_dir, manifest, check_hashes)
+    if problems:
+        fix = "the run was modified" if problems[0].startswith("output ") else "modified or tampered"
+        raise UserError(f"{run_dir}: {problems[0]} ({fix}); rerun {manifest.stage}")
+    chain = chain_problems(run_dir, manifest, runs_dir)
+    if chain:
+        raise UserError(
+            f"{run_dir}: {chain[0]}; restore that run's files, or rerun the stages from it (its lineage no longer "
+            "holds)"
+        )
     return manifest
 
 
@@ -454,7 +516,7 @@ def resolve_input(stage: str | tuple[str, ...], from_path: str | None, runs_dir:
         path = Path(from_path)
         if not path.exists():
             raise UserError(f"--from {path}: no such directory")
-        return path, verify_run(path, stage)
+        return path, verify_run(path, stage, runs_dir=runs_dir)
     stages = (stage,) if isinstance(stage, str) else stage
     candidates: list[tuple[str, Path]] = []
     for s in stages:
@@ -473,21 +535,29 @@ def resolve_input(stage: str | tuple[str, ...], from_path: str | None, runs_dir:
         names = " or ".join(f"`seed {s}`" for s in stages)
         raise UserError(f"no complete {'/'.join(stages)} run under {runs_dir}/; run {names} first or pass --from PATH")
     path = max(candidates)[1]
-    return path, verify_run(path, stage)
+    return path, verify_run(path, stage, runs_dir=runs_dir)
 
 
-def model_run(model_dir: str | Path) -> tuple[Path, Manifest] | None:
-    """(run directory, manifest) of the complete run whose `model/` `model_dir` is (runs/warmstart/<id>/model,
+def model_run(model_dir: str | Path, flag: str = "--model") -> tuple[Path, Manifest] | None:
+    """(run directory, manifest) of the run whose `model/` `model_dir` is (runs/warmstart/<id>/model,
     runs/sft/<id>/model), so a stage given it as `--model` chains its manifest to that run; None for a model
-    directory outside any run."""
+    directory outside any run (the stage records its weights' hash instead). The run is verified as `--from` verifies
+    one (`verify_run`: complete, every output's sha256, its chain): a model whose run is damaged, unfinished or whose
+    files changed is a UserError."""
     path = Path(model_dir).absolute()
     if path.name != "model" or not (path.parent / MANIFEST).exists():
         return None
+    run_dir = path.parent
     try:
-        manifest = read_manifest(path.parent)
-    except UserError:
-        return None
-    return (path.parent, manifest) if manifest.status == "complete" else None
+        manifest = verify_run(run_dir, STAGES)
+    except UserError as exc:
+        why = str(exc).removeprefix(f"{run_dir}: ").removeprefix(f"{run_dir / MANIFEST}: ")
+        raise UserError(
+            f"{flag} {model_dir}: the model of run {run_dir}, checked against its manifest: {why}"
+        ) from None
+    if not any(o.path.startswith("model/") for o in manifest.outputs):
+        return None  # the run did not record its model/: nothing to check it against; hashed as a plain directory
+    return run_dir, manifest
 
 
 def list_runs(runs_dir: str) -> list[tuple[Path, Manifest]]:

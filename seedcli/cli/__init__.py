@@ -281,8 +281,15 @@ def runs_cmd(
     runs_dir: str = typer.Option("runs", "--runs-dir", help="root of the run directories"),
     stage: str | None = typer.Option(None, "--stage", help="only this stage"),
     show_all: bool = typer.Option(False, "--all", help="also list damaged run directories, with the reason"),
+    verify: bool = typer.Option(
+        False,
+        "--verify",
+        help="check every output file's sha256 against its run's manifest (reads every byte: about 0.7 s per GB); "
+        "without it each file is checked by its size only",
+    ),
 ) -> None:
-    """List runs per stage with status (running, interrupted, complete, failed), age, key metrics and lineage."""
+    """List runs per stage with status (running, interrupted, complete, modified, failed), age, key metrics and
+    lineage. A complete run whose files or inputs no longer match its manifest is listed as modified."""
     from datetime import datetime
 
     from seedcli.artifacts import damaged_runs, list_runs, run_state
@@ -297,7 +304,7 @@ def runs_cmd(
     table = Table(title=f"runs under {runs_dir}/")
     table.add_column("stage")
     table.add_column("run", no_wrap=True)
-    for col in ("status", "age", "key metrics", "inputs"):
+    for col in ("status", "age", "key metrics", "inputs", "files"):
         table.add_column(col)
     now = datetime.now(UTC)
     order = {s: i for i, s in enumerate(_KEY_METRICS)}
@@ -309,18 +316,38 @@ def runs_cmd(
         shown = [(k.split("/")[-1], m.metrics[k]) for k in _KEY_METRICS.get(m.stage, ()) if k in m.metrics]
         metrics = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown)
         lineage = ", ".join(f"{i.stage}/{i.run_id[:16]}" for i in m.inputs)
-        table.add_row(m.stage, m.run_id, run_state(path, m), age, metrics, lineage)
+        state, files = run_state(path, m), ""
+        if state == "complete":
+            state, files = _files_check(path, m, runs_dir, verify)
+        table.add_row(m.stage, m.run_id, state, age, metrics, lineage, files)
     if show_all:
         for path, why in damaged:
-            table.add_row(path.parent.name, path.name, "damaged", "", why, "")
+            table.add_row(path.parent.name, path.name, "damaged", "", why, "", "")
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)  # a pipe or log file: no need to squeeze into 80 columns
     console.print(table)
+    if not verify:
+        console.print(
+            "files: each output checked by its size only, sha256 not checked; `seed runs --verify` checks every byte"
+        )
     if damaged and not show_all:
         console.print(
             f"{len(damaged)} damaged run director{'y' if len(damaged) == 1 else 'ies'} not shown: `seed runs --all`"
         )
+
+
+def _files_check(path: Path, manifest, runs_dir: str, verify: bool) -> tuple[str, str]:
+    """(status, files cell) of a complete run: `modified` and the first problem when its outputs or its inputs'
+    manifests no longer match (`artifacts.run_problems`), else complete and how its files were checked: by size, or
+    by sha256 with --verify."""
+    from seedcli.artifacts import run_problems
+
+    problems = run_problems(path, manifest, runs_dir, hashes=verify)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return "modified", problems[0] + more
+    return "complete", "sha256 ok" if verify else "sizes ok"
 
 
 @app.command("env")
@@ -472,15 +499,23 @@ def report_cmd(
         help="the runs after the first are seeds of recipes, this many each: adds each recipe's mean and its gain "
         "over the first run with a standard error that includes the seeds' spread",
     ),
+    allow_mismatch: bool = typer.Option(
+        False,
+        "--allow-mismatch",
+        help="compare evals played under different settings (tasks, split, turn limit, sampling, environment "
+        "options) anyway; the differences are printed and added to compare.md",
+    ),
 ) -> None:
     """Compare eval runs side by side (Markdown table and grouped bar chart); runs that played the same games get
-    their paired gain over the first run, with its standard error. `--seeds K`: START, then K runs per recipe."""
+    their paired gain over the first run, with its standard error. `--seeds K`: START, then K runs per recipe. Every
+    run is checked against its manifest first; a run given twice, or evals played under different settings, are
+    refused (the latter unless --allow-mismatch)."""
     with cli_errors("report"):
         from seedcli.report.commands import report_command
 
         out_dir(out, "report")
 
-        written = report_command(runs, out, seeds)
+        written = report_command(runs, out, seeds, allow_mismatch, warn=lambda table: typer.echo(table, err=True))
     for name, path in dict(written).items():
         Console().print(f"{name}: {path}")
 

@@ -18,6 +18,7 @@ import hashlib
 import importlib.resources
 import logging
 import os
+import time
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -179,17 +180,32 @@ def build_tiny_model(
     return out
 
 
+_MODEL_HASHES: dict[tuple, str] = {}  # model_hash's digests in this process, by the files' identity and times
+
+
 def model_hash(model_dir: str | os.PathLike) -> str:
-    """sha256 over the model's safetensors files (names and bytes, in sorted order): stable across re-saves of the same weights."""
+    """sha256 over the model's safetensors files (names and bytes, in sorted order): stable across re-saves of the
+    same weights. Computed once per process for the same files (same inode, size, mtime and ctime), so a stage that
+    records the hash and then loads the engine reads the weights once; files written in the last few seconds are not
+    remembered (as git's racy-clean rule: a rewrite within the file system's timestamp tick keeps the times)."""
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors weight files in {model_dir}")
+    key = tuple(
+        (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        for path in files
+        for st in (path.stat(),)
+    )
+    if key in _MODEL_HASHES:
+        return _MODEL_HASHES[key]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0")
         with path.open("rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
+    if time.time() - max(max(k[3], k[4]) for k in key) / 1e9 > 3.0:
+        _MODEL_HASHES[key] = digest.hexdigest()
     return digest.hexdigest()
 
 

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 
-from seedcli.artifacts import atomic_write_bytes, atomic_write_text
+from seedcli.artifacts import Manifest, atomic_write_bytes, atomic_write_text, manifest_sha256, verify_run
 from seedcli.errors import UserError
-from seedcli.report.compare import check_seeds, compare_runs, headline_measure
+from seedcli.report.compare import (
+    check_seeds,
+    compare_runs,
+    headline_measure,
+    protocol_differences,
+    protocol_summary,
+    protocol_table,
+)
 from seedcli.report.markdown import describe_model, render_report
 from seedcli.report.plots import METRICS, plot_compare, plot_success_by_type, plot_training_curves
-from seedcli.report.results import RESULTS, env_of, load_results, per_game
+from seedcli.report.results import EPISODES, RESULTS, env_of, load_results, per_game, results_path
 
 
 def write_eval_outputs(run_dir: Path, results: dict, *, run_id: str, title: str | None = None) -> dict[str, Path]:
@@ -119,11 +127,58 @@ def eval_label(run: str | Path, results: dict) -> str:
     return _model_name(model) if isinstance(model, str) and model else _run_label(run)
 
 
-def report_command(run_dirs: list[str | Path], out_dir: str | Path, seeds: int = 0) -> dict[str, Path]:
+def verified_evals(run_args: list[str | Path]) -> list[Manifest]:
+    """The manifest of each eval run `seed report` is given (a run directory or its results.json), once each run is
+    checked as a stage checks its input (`verify_run`: complete, every output's sha256, its chain of inputs), the
+    files the report reads (results.json, episodes.jsonl) are among those its manifest records, and no run is given
+    twice, by directory (`latest` and other links resolved) or as a copy (the same manifest.json)."""
+    manifests: list[Manifest] = []
+    dirs: dict[Path, int] = {}
+    shas: dict[str, int] = {}
+    for i, arg in enumerate(run_args):
+        run_dir = results_path(arg).parent
+        real = run_dir.resolve()
+        if real in dirs:
+            raise UserError(_twice(run_args, dirs[real], i, "the same run directory as"))
+        manifest = verify_run(run_dir, "eval")
+        recorded = {o.path for o in manifest.outputs}
+        for name in (RESULTS, EPISODES):
+            if (run_dir / name).exists() and name not in recorded:
+                raise UserError(
+                    f"{run_dir / name}: not among the files its run's manifest records, so it cannot be checked; "
+                    "rerun `seed eval`"
+                )
+        sha = manifest_sha256(run_dir)
+        if sha in shas:
+            raise UserError(_twice(run_args, shas[sha], i, "a copy (the same manifest.json) of"))
+        dirs[real], shas[sha] = i, i
+        manifests.append(manifest)
+    return manifests
+
+
+def _twice(run_args: list[str | Path], first: int, again: int, how: str) -> str:
+    """The one line for an eval run given twice: run numbers count from 1 in the order given."""
+    return (
+        f"seed report: run {again + 1} ({run_args[again]}) is {how} run {first + 1} ({run_args[first]}); pass each "
+        "eval run once (a run given twice counts as two runs that agree, which shrinks the spread and the standard "
+        "error)"
+    )
+
+
+def report_command(
+    run_dirs: list[str | Path],
+    out_dir: str | Path,
+    seeds: int = 0,
+    allow_mismatch: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, Path]:
     """`seed report RUN...`: compare.md + compare.png over the runs' results.json; with one run also report.md.
-    `seeds` (k > 0): the runs after the first are recipes of k seeds each (`compare.seed_groups`)."""
+    `seeds` (k > 0): the runs after the first are recipes of k seeds each (`compare.seed_groups`). Every run is
+    verified first (`verified_evals`); runs played under different protocols (`compare.PROTOCOL`) are refused
+    unless `allow_mismatch`, which adds a table of the differences to compare.md and hands it to `warn`."""
     if seeds:
         check_seeds(len(run_dirs), seeds)
+    manifests = verified_evals(run_dirs)
     loaded = [(Path(r), load_results(r)) for r in run_dirs]
     if not loaded:
         raise UserError("seed report: pass at least one eval run directory")
@@ -138,13 +193,30 @@ def report_command(run_dirs: list[str | Path], out_dir: str | Path, seeds: int =
     for label, (_run, res) in zip(names, loaded, strict=True):
         n = labels[label] = labels.get(label, 0) + 1
         results_list.append((label if n == 1 else f"{label} #{n}", res))
+    key = "won" if headline_measure(env_of(loaded[0][1])).per_category == "success_rate" else "score"
+    per_run = [per_game(run, key) for run, _ in loaded]
+    mismatch: list[str] = []
+    if len({res.get("env", "alfworld") for _, res in loaded}) == 1:  # else compare_runs refuses the mix
+        played = zip(manifests, loaded, per_run, strict=True)
+        differences = protocol_differences(
+            [(m.config, res, None if g is None else set(g)) for m, (_, res), g in played]
+        )
+        if differences and not allow_mismatch:
+            raise UserError(
+                f"seed report: the evals were not played under one protocol ({protocol_summary(differences)}), so "
+                "their differences would mix those settings with the models; rerun them with the same settings, or "
+                "pass --allow-mismatch to compare them anyway with a table of the differences"
+            )
+        if differences:
+            mismatch = protocol_table([label for label, _ in results_list], differences)
+            if warn is not None:
+                warn("\n".join(mismatch).strip())
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = {"compare_md": out / "compare.md"}
-    key = "won" if headline_measure(env_of(loaded[0][1])).per_category == "success_rate" else "score"
-    games = [per_game(run, key) for run, _ in loaded] if len(loaded) > 1 else None
+    games = per_run if len(loaded) > 1 else None
     recipes = recipe_names([_source_config(run) for run, _ in loaded[1:]], seeds) if seeds else None
-    atomic_write_text(written["compare_md"], compare_runs(results_list, games, seeds, recipes))
+    atomic_write_text(written["compare_md"], compare_runs(results_list, games, seeds, recipes) + "\n".join(mismatch))
     written["compare_png"] = plot_compare(results_list, out / "compare.png")
     if len(loaded) == 1:
         run, res = loaded[0]

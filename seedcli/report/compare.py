@@ -3,8 +3,12 @@ measure it and the comparison's bar chart show."""
 
 from __future__ import annotations
 
+import hashlib
 import statistics
+from collections.abc import Collection
 from typing import NamedTuple
+
+import orjson
 
 from seedcli.envs.base import Environment
 from seedcli.errors import UserError
@@ -73,6 +77,76 @@ def paired_cells(games: list[dict[str, float] | None]) -> list[str] | None:
         mark = " ↑" if g > 2 * se else " ↓" if g < -2 * se else ""
         cells.append(f"{100 * g:+.1f} ± {100 * se:.1f}{mark} ({up} up, {down} down, of {n})")
     return cells if shared else None
+
+
+# how an eval was played, beyond the model: what two evals must share for their numbers, and their per-game pairing,
+# to compare the models (`seed report` refuses others without --allow-mismatch). Engine, dtype and batch sizes are
+# how the play was computed, not what was played, and may differ.
+PROTOCOL = ("split", "tasks", "max_steps", "temperature", "top_p", "history", "max_new_tokens", "env_options")
+
+
+def _setting_text(value: object) -> str:
+    if isinstance(value, dict | list):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode() if value else "none"
+    return "default" if value is None else str(value)
+
+
+def protocol_differences(runs: list[tuple[dict, dict, Collection[str] | None]]) -> list[tuple[str, list[str]]]:
+    """The settings of `PROTOCOL` in which eval runs differ: (setting, its value in each run), [] when they agree.
+    `runs`: per run, its saved config (the manifest's), its results.json and the task ids it played (None when it
+    has no episodes file). `tasks` is the set of task ids when every run has them (their count and a digest of the
+    sorted ids), else what the config chose (`--limit`, `--datasets`, and the seed that picks a limited set)."""
+    values: dict[str, list[str]] = {key: [] for key in PROTOCOL}
+    known = all(tasks is not None for _, _, tasks in runs)
+    for config, results, tasks in runs:
+        values["split"].append(str(results.get("split")))
+        if known:
+            ids = sorted(tasks or ())
+            digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:8]
+            values["tasks"].append(f"{len(ids)} (ids {digest})")
+        else:
+            limit = config.get("limit")
+            chosen = [f"limit {limit} (seed {config.get('seed')})" if limit else "all"]
+            if config.get("datasets"):
+                chosen.append(f"datasets {','.join(config['datasets'])}")
+            values["tasks"].append(", ".join(chosen))
+        for key in PROTOCOL[2:]:
+            values[key].append(_setting_text(config.get(key)))
+    return [(key, vals) for key, vals in values.items() if len(set(vals)) > 1]
+
+
+def protocol_summary(differences: list[tuple[str, list[str]]]) -> str:
+    """One line for the refusal: each differing setting with its values and the runs (numbered from 1) that have
+    them, e.g. "max_steps 3 (run 1) vs 8 (runs 2, 3)"."""
+    parts = []
+    for key, vals in differences:
+        by_value: dict[str, list[str]] = {}
+        for i, v in enumerate(vals, 1):
+            by_value.setdefault(v, []).append(str(i))
+        parts.append(
+            f"{key} "
+            + " vs ".join(f"{v} (run{'s' if len(ns) > 1 else ''} {', '.join(ns)})" for v, ns in by_value.items())
+        )
+    return "; ".join(parts)
+
+
+def protocol_table(labels: list[str], differences: list[tuple[str, list[str]]]) -> list[str]:
+    """The Markdown table of the settings in which the runs differ, one column per run (`--allow-mismatch`)."""
+    lines = [
+        "",
+        "## Protocol differences (compared with --allow-mismatch)",
+        "",
+        "| setting | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
+    lines += [f"| {key} | " + " | ".join(vals) + " |" for key, vals in differences]
+    lines += [
+        "",
+        "- These runs were not played under one protocol: their differences, paired gains included, mix the "
+        "settings above with the models.",
+        "",
+    ]
+    return lines
 
 
 def check_seeds(n_runs: int, seeds: int) -> None:

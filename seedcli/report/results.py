@@ -128,8 +128,9 @@ def _action_counts(episodes: list[Trajectory], env: type[Environment]) -> dict:
     return {"per_episode": counts}
 
 
-def load_results(run: str | Path) -> dict:
-    """results.json of an eval run (the run directory or the file itself); anything else is a UserError."""
+def results_path(run: str | Path) -> Path:
+    """The results.json an argument names (an eval run directory or the file itself); anything else is a
+    UserError."""
     run = Path(run)
     hint = "pass an eval run directory (runs/eval/<id>/) written by `seed eval`"
     if not run.exists():
@@ -138,7 +139,12 @@ def load_results(run: str | Path) -> dict:
         raise UserError(f"{run}: no {RESULTS}, so not an eval run; {hint}")
     if not run.is_dir() and run.name != RESULTS:
         raise UserError(f"{run}: not a {RESULTS}; {hint}")
-    path = run / RESULTS if run.is_dir() else run
+    return run / RESULTS if run.is_dir() else run
+
+
+def load_results(run: str | Path) -> dict:
+    """results.json of an eval run (the run directory or the file itself); anything else is a UserError."""
+    path = results_path(run)
     try:
         data = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:

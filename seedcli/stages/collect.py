@@ -19,6 +19,7 @@ from seedcli.config import CollectConfig
 from seedcli.images import check_images
 from seedcli.rollout import EpisodeSpec, ModelPolicy, episode_metrics
 from seedcli.stages.common import (
+    chain_model,
     check_model_dir,
     check_model_sees,
     image_outputs,
@@ -42,8 +43,7 @@ def run(cfg: CollectConfig) -> Manifest:
     ]
     source = model_run(model_dir)  # a warm start's (or any run's) model/: chain that run
     with open_run("collect", cfg) as run:
-        if source is not None:
-            run.add_input(source[1].stage, *source)
+        chain_model(run, model_dir, source)
         engine, meta = load_policy_engine(cfg, model_dir)
         t0 = time.time()
         try:

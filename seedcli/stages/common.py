@@ -7,8 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from seedcli.artifacts import Manifest, Run
 from seedcli.config import RolloutConfig
 from seedcli.engines import load_engine
+from seedcli.engines.base import check_model_dir as engine_model_dir
 from seedcli.engines.base import is_vision_model
 from seedcli.engines.tiny import model_hash
 from seedcli.envs import get_env
@@ -22,19 +24,42 @@ from seedcli.rollout import EpisodeSpec, RolloutSettings, play_episodes
 
 
 def check_model_dir(model: str | None, flag: str = "--model") -> Path:
-    """A model directory in Hugging Face format, or a one-line error."""
+    """A model directory in Hugging Face format (`engines.base.check_model_dir`), or a one-line error."""
     if not model:
         raise UserError(
             f"no model given: pass {flag} DIR (build a tiny one with `seed model init --preset tiny --out DIR`)"
         )
-    path = Path(model)
-    if not path.is_dir():
+    return engine_model_dir(model, flag)
+
+
+def chain_model(run: Run, model_dir: Path, source: tuple[Path, Manifest] | None) -> None:
+    """Record in `run`'s manifest the model it plays or trains from: the run it came from as an input (`source`,
+    verified by `artifacts.model_run` or `--from`), and, where that run's manifest does not vouch for these very files
+    (a model directory outside any run, a checkpoint of a run still going), the weights' sha256 as `inputs/model_hash`
+    beside `inputs/model`. A resumed run refuses a model whose weights changed since it started."""
+    if source is not None:
+        run.add_input(source[1].stage, source[0], source[1])
+        if _vouched(model_dir, *source):
+            return
+    digest = model_hash(model_dir)
+    before = run.manifest.metrics.get("inputs/model_hash")
+    if before is not None and before != digest:
         raise UserError(
-            f"{flag} {path}: no such directory (build one with `seed model init --preset tiny --out {path}`)"
+            f"{model_dir}: the model's weights changed since this run started (sha256 {digest[:12]}, the run "
+            f"recorded {before[:12]}); restore that model, or start a new run without --resume"
         )
-    if not (path / "config.json").exists():
-        raise UserError(f"{flag} {path}: no config.json; not a Hugging Face model directory")
-    return path
+    run.manifest.metrics.update({"inputs/model": str(model_dir.absolute()), "inputs/model_hash": digest})
+    run.save()
+
+
+def _vouched(model_dir: Path, run_dir: Path, manifest: Manifest) -> bool:
+    """Whether a complete run's manifest lists the files of `model_dir` among its outputs (its model/, its last
+    checkpoint), so that verifying the run verified the model."""
+    try:
+        rel = Path(model_dir).resolve().relative_to(Path(run_dir).resolve()).as_posix()
+    except ValueError:
+        return False
+    return manifest.status == "complete" and any(o.path.startswith(f"{rel}/") for o in manifest.outputs)
 
 
 def check_model_sees(env: Environment, model_dir: Path, flag: str = "--model") -> None:

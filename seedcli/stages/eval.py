@@ -30,6 +30,7 @@ from seedcli.report.markdown import metric_text
 from seedcli.report.results import summarize_episodes
 from seedcli.rollout import EpisodeSpec, ExpertPolicy, ModelPolicy, RandomPolicy
 from seedcli.stages.common import (
+    chain_model,
     check_model_dir,
     check_model_sees,
     image_outputs,
@@ -55,7 +56,9 @@ def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | N
             ckpt = path
             if not (run_dir / "manifest.json").exists():
                 raise UserError(f"--from {path}: neither a run directory nor a checkpoint inside one")
-        manifest = verify_run(run_dir, FROM_STAGES) if ckpt is None else read_manifest(run_dir)
+        manifest = read_manifest(run_dir)
+        if ckpt is None or manifest.status == "complete":  # a checkpoint of a run still going is hashed instead
+            manifest = verify_run(run_dir, FROM_STAGES)
         if manifest.stage not in FROM_STAGES:
             raise UserError(
                 f"--from {path}: a {manifest.stage} run; eval takes an sft, rl or warmstart run (or --model DIR)"
@@ -160,8 +163,8 @@ def run(cfg: EvalConfig) -> Manifest:
 
     settings = settings_from(cfg)
     with open_run("eval", cfg) as run:
-        if source is not None:
-            run.add_input(source[0], source[1], source[2])
+        if cfg.policy == "model":
+            chain_model(run, model_dir, source[1:] if source is not None else None)
         engine = None
         if cfg.policy == "model":
             engine, meta = load_policy_engine(cfg, model_dir)

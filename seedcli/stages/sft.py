@@ -48,6 +48,7 @@ from seedcli.artifacts import (
     read_manifest,
     resolve_input,
     saved_path,
+    verify_run,
 )
 from seedcli.config import SFTConfig
 from seedcli.engines.base import check_gpus, is_vision_model
@@ -271,6 +272,8 @@ def run(cfg: SFTConfig) -> Manifest:
     """Fine-tune (see the module docstring); returns the completed manifest. With `show_samples`, print and exit."""
     annotate_dir, annotate_manifest = resolve_input("annotate", cfg.from_run, cfg.runs_dir)
     collect_dir = _collect_run(annotate_manifest, annotate_dir, cfg.runs_dir)
+    if collect_dir is not None:  # its trajectories are read here: every byte as its manifest records, as annotate checks
+        verify_run(collect_dir, "collect", runs_dir=cfg.runs_dir)
     base, model_value = _base_model(cfg, annotate_dir, collect_dir)
     max_length = _effective_max_length(cfg, base)
     cfg = cfg.model_copy(update={"from_run": str(annotate_dir), "model": model_value, "max_length": max_length})

@@ -23,7 +23,8 @@ from seedcli.report.plots import (
     plot_training_curves,
     read_metrics,
 )
-from seedcli.report.results import load_results, summarize_episodes
+from seedcli.report.results import load_results, per_game, summarize_episodes
+from tests.helpers_runs import seal_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALFWORLD = env_class("alfworld")
@@ -326,12 +327,17 @@ def test_report_command(results, tmp_path):
     run = tmp_path / "runs" / "eval" / "20250101T000000Z-abcdef12"
     written = write_eval_outputs(run, results, run_id=run.name)
     assert {p.name for p in written.values()} == {"results.json", "report.md", "success_by_type.png"}
+    seal_run(run, "eval")
     assert load_results(run) == orjson.loads(orjson.dumps(results))
     out = report_command([run], tmp_path / "rep")
     assert set(out) == {"compare_md", "compare_png", "report_md", "success_png"}
     assert "Partial result" in out["report_md"].read_text()
     _png(out["compare_png"])
-    out2 = report_command([run, run / "results.json"], tmp_path / "rep2")
+    # another run of the same name (another runs tree), given as its results.json
+    other = tmp_path / "elsewhere" / "eval" / run.name
+    write_eval_outputs(other, results, run_id=other.name)
+    seal_run(other, "eval", {"seed": 1})
+    out2 = report_command([run, other / "results.json"], tmp_path / "rep2")
     assert set(out2) == {"compare_md", "compare_png"}
     header = out2["compare_md"].read_text().splitlines()[2]
     assert "abcdef12 (partial)" in header and "abcdef12 #2 (partial)" in header
@@ -496,22 +502,16 @@ def test_report_labels_runs_by_policy_and_model(tmp_path):
     def eval_run(name: str, config: dict, inputs: list, results: dict):
         run = tmp_path / "eval" / name
         write_eval_outputs(run, results, run_id=name)
-        (run / "manifest.json").write_text(json.dumps({"stage": "eval", "config": config, "inputs": inputs}))
+        seal_run(run, "eval", config, inputs)
         return run
 
     rl = tmp_path / "rl" / "r1"
-    rl.mkdir(parents=True)
-    (rl / "manifest.json").write_text(json.dumps({"stage": "rl", "config": {"algo": "seed"}}))
+    seal_run(rl, "rl", {"algo": "seed"})
     res = _search_results({"nq": 1})
     runs = [
         eval_run("e1", {"policy": "expert"}, [], res),
-        eval_run("e2", {"policy": "model", "from_run": str(rl)}, [{"stage": "rl", "path": str(rl)}], res),
-        eval_run(
-            "e3",
-            {"policy": "model", "from_run": f"{rl}/checkpoints/step_000040"},
-            [{"stage": "rl", "path": str(rl)}],
-            res,
-        ),
+        eval_run("e2", {"policy": "model", "from_run": str(rl)}, [rl], res),
+        eval_run("e3", {"policy": "model", "from_run": f"{rl}/checkpoints/step_000040"}, [rl], res),
         eval_run("e4", {"policy": "model", "model": "/models/qwen-3b"}, [], res),
         eval_run("e5", {"policy": "expert"}, [], res),
     ]
@@ -548,8 +548,9 @@ def _capture_axes(monkeypatch) -> dict:
     return drawn
 
 
-def _eval_run(root, name, wins: list[bool], split="valid_unseen", episodes_file=True):
-    """An eval run directory as `seed eval` leaves it: results.json and, unless told not to, episodes.jsonl."""
+def _eval_run(root, name, wins: list[bool], split="valid_unseen", episodes_file=True, config=None, inputs=()):
+    """An eval run directory as `seed eval` leaves it: results.json and, unless told not to, episodes.jsonl, sealed
+    by a complete manifest (`config`: the eval's settings beyond EvalConfig's defaults; `inputs`: runs it read)."""
     from seedcli.records import write_jsonl
 
     eps = [episode(i, "pick", won, [turn(1)], split=split) for i, won in enumerate(wins)]
@@ -559,6 +560,7 @@ def _eval_run(root, name, wins: list[bool], split="valid_unseen", episodes_file=
     )
     if episodes_file:
         write_jsonl(run / "episodes.jsonl", eps)
+    seal_run(run, "eval", config, inputs)
     return run
 
 
@@ -585,14 +587,17 @@ def test_report_gives_each_runs_paired_gain_over_the_first(tmp_path):
     md = report_command([third, second], tmp_path / "rep3")["compare_md"].read_text()
     assert "Gain over" not in md
     seen = _eval_run(tmp_path, "e", [True] * 10, split="valid_seen")
-    assert "Gain over" not in report_command([first, seen], tmp_path / "rep4")["compare_md"].read_text()
-    # a tampered episodes file is one line naming it
+    md = report_command([first, seen], tmp_path / "rep4", allow_mismatch=True)["compare_md"].read_text()
+    assert "Gain over" not in md
+    # a tampered episodes file is one line naming it: refused against the manifest, or, read alone, by its content
     (second / "episodes.jsonl").write_text('{"task_id": "x"}\n')
-    with pytest.raises(UserError, match=r"episodes.jsonl: episode 1 has no task_id or won; rerun `seed eval`"):
+    with pytest.raises(UserError, match=r"episodes.jsonl does not match its sha256 in the manifest"):
         report_command([first, second], tmp_path / "rep5")
+    with pytest.raises(UserError, match=r"episodes.jsonl: episode 1 has no task_id or won; rerun `seed eval`"):
+        per_game(second, "won")
     (second / "episodes.jsonl").write_text('{"task_id": "x", "won": tr')
     with pytest.raises(UserError, match=r"episodes.jsonl:1: not a valid JSON record"):
-        report_command([first, second], tmp_path / "rep6")
+        per_game(second, "won")
 
 
 def test_report_seeds_groups_runs_into_recipes_with_the_seed_spread_in_the_error(tmp_path):
@@ -635,17 +640,13 @@ def test_report_seeds_groups_runs_into_recipes_with_the_seed_spread_in_the_error
 
 
 def test_report_seeds_names_each_recipe_by_the_settings_that_tell_the_recipes_apart(tmp_path):
-    import orjson
 
     from seedcli.report.commands import recipe_names
 
     def from_rl(name, wins, **config):
-        run = _eval_run(tmp_path, name, wins)
         rl = tmp_path / f"rl-{name}"
-        rl.mkdir()
-        (rl / "manifest.json").write_bytes(orjson.dumps({"config": config}))
-        (run / "manifest.json").write_bytes(orjson.dumps({"inputs": [{"stage": "rl", "path": str(rl)}]}))
-        return run
+        seal_run(rl, "rl", config)
+        return _eval_run(tmp_path, name, wins, inputs=[rl])
 
     start = _eval_run(tmp_path, "s", [i < 2 for i in range(10)])
     # two recipes of one algorithm: the lr tells them apart; seed and runs_dir differ within a recipe by design,

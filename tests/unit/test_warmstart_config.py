@@ -106,7 +106,10 @@ def test_a_runs_model_dir_names_the_run_to_chain(tmp_path):
     with open_run("warmstart", cfg, argv=[]) as run:
         (run.file("model")).mkdir()
         (run.file("model") / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-        assert model_run(run.file("model")) is None  # not complete yet
+        with pytest.raises(
+            UserError, match=r"--model .*/model: the model of run .*: the warmstart run is still running"
+        ):
+            model_run(run.file("model"))  # not complete yet: nothing to check it against
         run.complete({"model": None})
     found = model_run(run.path / "model")
     assert found is not None and found[0] == run.path.resolve() and found[1].stage == "warmstart"
