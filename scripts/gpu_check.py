@@ -321,7 +321,8 @@ def main() -> int:
 
     print("steps:", flush=True)
     rl = None
-    if step("model init", "model", "init", "--preset", sizes.preset, "--out", str(model)).rc == 0:
+    # --force: a work directory given again (--out) holds the last check's model, which model init would keep
+    if step("model init", "model", "init", "--preset", sizes.preset, "--out", str(model), "--force").rc == 0:
         ok = step("collect", "collect", "--env", "sokoban", "--data-root", str(no_data), "--model", str(model),
                   *device_args, "--tasks", str(sizes.collect_tasks), "--rollouts", str(sizes.collect_rollouts),
                   "--max-steps", str(sizes.collect_steps), "--max-new-tokens", str(sizes.collect_tokens),
