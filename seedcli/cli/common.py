@@ -129,8 +129,8 @@ def no_space_message(exc: OSError, command: str) -> str:
         again = f"run `seed {command} --resume {CURRENT_RUN}` (what was written is kept)"
     elif command == "model":
         again = "run the command again (nothing was kept)"
-    else:
-        again = f"run `seed {command}` again with --resume"
+    else:  # no run directory was left: nothing to resume
+        again = f"run `seed {command}` again"
     return f"no space left on {mount} ({free}); free space and {again}"
 
 
