@@ -41,7 +41,7 @@ from seedcli.loggers import check_installed, parse_loggers, start_mirror
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 LOGGERS_STATE = ".loggers.json"  # the metric loggers' progress (seedcli.loggers.STATE_FILE)
-STAGES = ("collect", "annotate", "sft", "rl", "eval", "warmstart")
+STAGES = ("collect", "annotate", "sft", "rl", "eval", "warmstart", "probe")
 CURRENT_RUN: Path | None = None  # the run directory this process opened last (the CLI names it in error messages)
 
 

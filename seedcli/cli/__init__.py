@@ -98,7 +98,9 @@ def check_from_env(stage: str, cfg: Any) -> None:
     environment's episodes are refused in one line: `--from` continues a lineage, and a lineage plays one
     environment (a forgotten `--env` is the usual cause). Crossing environments on purpose goes through `--model`,
     which starts from the weights without claiming the lineage."""
-    if stage not in ("rl", "eval") or getattr(cfg, "model", None) and not cfg.from_run:
+    if stage not in ("rl", "eval", "probe"):
+        return
+    if stage != "probe" and getattr(cfg, "model", None) and not cfg.from_run:  # (probe: --from is its episodes)
         return
     if cfg.from_run:
         path = Path(cfg.from_run)
@@ -265,6 +267,13 @@ stage_command(
     "what collect, sft, rl and eval take (`seed model init --warm-start expert` is the short form).",
 )
 
+stage_command(
+    "probe",
+    _lazy("probe"),
+    "What a skill does to the teacher, without training: re-score a collect or eval run's response tokens under no "
+    "skill, a null text, the episode's own skill, another task's, and the oracle's (privileged), and with --play N "
+    "play N tasks again under each (runs/probe/<id>/probe.json, probe.png).",
+)
 
 # what `seed runs` shows per stage: the figure a researcher looks for first
 _KEY_METRICS = {
@@ -273,6 +282,7 @@ _KEY_METRICS = {
     "sft": ("val/loss_before", "val/loss_after"),
     "rl": ("steps", "final_success_rate", "final_opd_loss"),
     "eval": ("env", "games", "macro_success", "mean_score", "partial"),
+    "probe": ("episodes", "delta_action/oracle", "delta_action/own"),
 }
 
 

@@ -19,6 +19,7 @@ from seedcli.config.base import (  # noqa: F401 - the names every caller imports
     StageConfig,
     nearest,
 )
+from seedcli.config.probe import ProbeConfig
 from seedcli.config.rl import RLConfig
 from seedcli.config.stages import (  # noqa: F401
     AnnotateConfig,
@@ -37,6 +38,7 @@ STAGE_CONFIGS: dict[str, type[StageConfig]] = {
     "rl": RLConfig,
     "eval": EvalConfig,
     "warmstart": WarmStartConfig,
+    "probe": ProbeConfig,
 }
 
 

@@ -29,6 +29,7 @@ class EpisodeSpec:
     episode_id: str
     group_id: str
     task: Task
+    skill: str | None = None  # a skill block in every turn's prompt (`seed probe`'s skill-conditioned play); None: none
 
 
 @dataclass

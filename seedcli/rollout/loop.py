@@ -67,9 +67,10 @@ class _Loop:
 
     def prompt(self, ep: EpisodeState) -> str:
         s = self.settings
-        return self.env.render_prompt(
+        text = self.env.render_prompt(
             ep.task, ep.last.observation, ep.last.admissible, len(ep.turns) + 1, ep.history, s.history
         )
+        return self.env.insert_skill(text, ep.spec.skill) if ep.spec.skill else text
 
     def record(self, ep: EpisodeState, prompt: str, gen: Generated) -> tuple[int, str]:
         """The turn of `gen`, appended to the episode; returns (slot, action) for the environment step."""

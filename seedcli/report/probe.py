@@ -1,0 +1,200 @@
+"""What `seed probe` reports (seedcli/stages/probe.py measures it): for each context a skill can give the teacher,
+how far it moves the log-prob of each response token the policy sampled, Δ = ℓ_ctx − ℓ_none, on the tokens of the
+action and on the others, split by won and lost episodes; how each episode's mean Δ goes with its advantage; and,
+when the tasks were played again with the skill in the prompt, the success against playing without it.
+
+Pure functions of the scores (lists and tensors): `summarise` makes probe.json's numbers, `table` the printed table,
+`plot` probe.png.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.table import Table
+
+# the contexts the probe compares with the ordinary prompt ("none"), in report order
+CONTEXTS = ("null", "own", "shuffled", "oracle", "oracle_shuffled")
+LABELS = {
+    "none": "no skill",
+    "null": "null (neutral text)",
+    "own": "own skill",
+    "shuffled": "own skill of another task",
+    "oracle": "oracle (privileged)",
+    "oracle_shuffled": "oracle of another task",
+}
+BIG = 1.0  # nats: the share of tokens moved by more than this is reported
+
+
+@dataclass
+class TurnScores:
+    """One re-scored reply: its episode, the episode's outcome and advantage, which response tokens spell the action,
+    and the log-prob of each response token under each context it was scored in."""
+
+    episode: int
+    won: bool
+    advantage: float
+    action: list[bool]
+    logp: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _part_stats(turns: Sequence[TurnScores], ctx: str, part: str) -> dict[str, Any]:
+    """Δ = ℓ_ctx − ℓ_none over the `part` tokens (action | other | all) of `turns` scored under `ctx`."""
+    deltas, absmax, logp, base = [], [], [], []
+    for t in turns:
+        if ctx not in t.logp:
+            continue
+        sel = torch.tensor(t.action) if part == "action" else ~torch.tensor(t.action) if part == "other" else None
+        d = t.logp[ctx] - t.logp["none"]
+        if sel is not None:
+            d, lc, ln = d[sel], t.logp[ctx][sel], t.logp["none"][sel]
+        else:
+            lc, ln = t.logp[ctx], t.logp["none"]
+        if d.numel() == 0:
+            continue
+        deltas.append(d)
+        logp.append(lc)
+        base.append(ln)
+        absmax.append(float(d.abs().max()))
+    if not deltas:
+        return {"tokens": 0, "replies": 0}
+    d, lc, ln = torch.cat(deltas).double(), torch.cat(logp).double(), torch.cat(base).double()
+    return {
+        "tokens": int(d.numel()),
+        "replies": len(absmax),
+        "delta_mean": float(d.mean()),
+        "reply_absmax_mean": sum(absmax) / len(absmax),  # each reply's largest |Δ|, averaged over replies
+        "share_over_1": float((d.abs() > BIG).double().mean()),
+        "logp_mean": float(lc.mean()),  # ℓ_ctx itself, and ℓ_none on the same tokens
+        "logp_none_mean": float(ln.mean()),
+    }
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """The correlation of two equal-length sequences; None with fewer than 3 pairs or a constant side."""
+    if len(x) < 3:
+        return None
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sx = math.sqrt(sum((a - mx) ** 2 for a in x))
+    sy = math.sqrt(sum((b - my) ** 2 for b in y))
+    if sx == 0 or sy == 0:
+        return None
+    return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / (sx * sy)
+
+
+def summarise(turns: Sequence[TurnScores], contexts: Sequence[str] = CONTEXTS) -> dict[str, Any]:
+    """probe.json's `contexts`: per context, Δ on action / other / all tokens for all, won and lost episodes, and the
+    correlation of each episode's mean Δ (over its response tokens) with its advantage."""
+    out: dict[str, Any] = {}
+    for ctx in contexts:
+        scored = [t for t in turns if ctx in t.logp]
+        if not scored:
+            continue
+        entry: dict[str, Any] = {"episodes": len({t.episode for t in scored}), "replies": len(scored)}
+        for part in ("action", "other", "all"):
+            entry[part] = {
+                outcome: _part_stats([t for t in scored if outcome == "all" or t.won == (outcome == "won")], ctx, part)
+                for outcome in ("all", "won", "lost")
+            }
+        by_episode: dict[int, list[torch.Tensor]] = {}
+        advantage: dict[int, float] = {}
+        for t in scored:
+            by_episode.setdefault(t.episode, []).append(t.logp[ctx] - t.logp["none"])
+            advantage[t.episode] = t.advantage
+        means = {e: float(torch.cat(ds).double().mean()) for e, ds in by_episode.items() if sum(map(len, ds))}
+        entry["corr_delta_advantage"] = pearson([means[e] for e in means], [advantage[e] for e in means])
+        out[ctx] = entry
+    return out
+
+
+def paired_gap(base: dict[str, bool], other: dict[str, bool]) -> dict[str, Any]:
+    """Success with a context against without it over the tasks both played (task id → won): the rates, the mean
+    paired difference in points and its standard error, and how many tasks each way."""
+    tasks = sorted(set(base) & set(other))
+    if not tasks:
+        return {"tasks": 0}
+    diffs = [float(other[t]) - float(base[t]) for t in tasks]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else float("nan")
+    return {
+        "tasks": n,
+        "success_none": sum(base[t] for t in tasks) / n,
+        "success": sum(other[t] for t in tasks) / n,
+        "gap_points": 100 * mean,
+        "gap_se_points": 100 * se,
+        "gained": sum(d > 0 for d in diffs),
+        "lost": sum(d < 0 for d in diffs),
+    }
+
+
+def _fmt(x: Any, spec: str = "+.3f") -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def table(result: dict[str, Any]):
+    """A rich Table of probe.json: one row per context."""
+    t = Table(title=f"seed probe: Δ = ℓ_ctx − ℓ_none (nats a token), {result['episodes']} episodes")
+    for col in ("context", "eps", "Δ action won", "Δ action lost", "Δ other", "max|Δ| action", ">1 nat action",
+                "ℓ action", "corr(Δ, A)", "success gap"):  # fmt: skip
+        t.add_column(col, justify="left" if col == "context" else "right")
+    for ctx, e in result["contexts"].items():
+        act, other = e["action"], e["other"]
+        gap = result.get("play", {}).get(ctx)
+        gap_text = (
+            f"{gap['gap_points']:+.1f} ± {gap['gap_se_points']:.1f} ({gap['tasks']})" if gap and gap.get("tasks") else "—"
+        )
+        t.add_row(
+            LABELS.get(ctx, ctx),
+            str(e["episodes"]),
+            _fmt(act["won"].get("delta_mean")),
+            _fmt(act["lost"].get("delta_mean")),
+            _fmt(other["all"].get("delta_mean")),
+            _fmt(act["all"].get("reply_absmax_mean"), ".3f"),
+            _fmt(act["all"].get("share_over_1"), ".1%"),
+            _fmt(act["all"].get("logp_mean"), ".3f"),
+            _fmt(e["corr_delta_advantage"], "+.2f"),
+            gap_text,
+        )
+    return t
+
+
+def plot(result: dict[str, Any], out: Path) -> None:
+    """probe.png: mean Δ on action tokens per context for won and lost episodes, and (when played) the success under
+    each context beside none's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ctxs = list(result["contexts"])
+    played = {c: g for c, g in result.get("play", {}).items() if g.get("tasks")}
+    fig, axes = plt.subplots(1, 2 if played else 1, figsize=(11 if played else 6.5, 3.8), squeeze=False)
+    ax = axes[0][0]
+    width = 0.38
+    for k, outcome in enumerate(("won", "lost")):
+        values = [result["contexts"][c]["action"][outcome].get("delta_mean") or 0.0 for c in ctxs]
+        ax.bar([i + (k - 0.5) * width for i in range(len(ctxs))], values, width, label=outcome)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(ctxs)), [LABELS.get(c, c) for c in ctxs], rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("mean Δ on action tokens (nats)")
+    ax.set_title("what the skill does to the teacher")
+    ax.legend(fontsize=8)
+    if played:
+        ax2 = axes[0][1]
+        names = list(played)
+        ax2.bar(range(len(names)), [100 * played[c]["success"] for c in names], 0.6, label="with the context")
+        ax2.scatter(range(len(names)), [100 * played[c]["success_none"] for c in names], color="black", zorder=3,
+                    label="without (same tasks)")  # fmt: skip
+        ax2.set_xticks(range(len(names)), [LABELS.get(c, c) for c in names], rotation=25, ha="right", fontsize=8)
+        ax2.set_ylabel("success (%)")
+        ax2.set_title("playing with the context in the prompt")
+        ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)

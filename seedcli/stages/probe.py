@@ -1,0 +1,285 @@
+"""`seed probe`: what a skill does to the teacher, measured without training (docs/method-check.md, "Does the skill
+teach?").
+
+SEED's OPD term reads one number per sampled token: how much more (or less) likely the policy finds it once a skill
+is in its prompt, Δ = ℓ_skill − ℓ_θ. This stage takes the episodes of a collect or eval run (played by a model or by
+the expert) and re-scores every response token under the ordinary prompt (ℓ_none) and under each context a skill
+can give, with the skill block where `seed rl`'s teacher prompt puts it (`Environment.insert_skill`):
+
+    null             a neutral text of about the skill's length: what the block's presence alone does
+    own              the episode's own skill (`skills`: self = the model writes it from the episode, as `seed rl
+                     --analyzer self`; rules; an annotate run of these episodes)
+    shuffled         the own skill of an episode of another task
+    oracle           the environment's privileged knowledge of the task (`Environment.oracle_skill`: the expert's
+                     plan, EZPoints' formula, search's answer): the bound on what the channel can carry
+    oracle_shuffled  the oracle of another task: the control for the oracle
+
+It reports Δ on the tokens that spell the action and on the others, for won and lost episodes
+(`seedcli/report/probe.py`), the correlation of each episode's mean Δ with its advantage, and with `play N` the
+success of N tasks played again with each context in every turn's prompt against without it (the own skill there is
+the one written after the run's attempt at the same task). Writes probe.json, probe.png, skills.jsonl and
+play_<context>.jsonl (resumable) in runs/probe/<id>/.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import torch
+from rich.console import Console
+
+from seedcli.analyzers.policy import analyze_with_engine
+from seedcli.artifacts import Manifest, model_run, open_run, verify_run
+from seedcli.config.probe import ProbeConfig
+from seedcli.envs.base import Environment
+from seedcli.errors import UserError
+from seedcli.precision import compute_dtype
+from seedcli.records import SkillRecord, Trajectory, iter_jsonl, write_jsonl
+from seedcli.report.probe import CONTEXTS, TurnScores, paired_gap, plot, summarise, table
+from seedcli.rl.logprobs import Scorer, score_responses
+from seedcli.rl.samples import Reward, group_advantages
+from seedcli.rollout import EpisodeSpec, ModelPolicy
+from seedcli.stages.common import (
+    check_model_dir,
+    check_model_sees,
+    load_policy_engine,
+    make_env,
+    play_to_file,
+    settings_from,
+)
+
+NULL_TEXT = (
+    "This note carries no information about the task or how to solve it; read the task and what you see as usual, "
+    "and answer in the format asked for."
+)
+EPISODE_FILES = {"collect": "trajectories.jsonl", "eval": "episodes.jsonl"}
+
+
+def null_skill(length: int) -> str:
+    """The neutral text, repeated and cut at a word to about `length` characters (at least one sentence)."""
+    words, text = NULL_TEXT.split(), ""
+    i = 0
+    while len(text) < max(length, len(NULL_TEXT) // 2) or i < 1:
+        text = f"{text} {words[i % len(words)]}".strip()
+        i += 1
+    return text
+
+
+def other_task(episodes: Sequence[Trajectory], skills: Sequence[str | None], seed: int) -> list[str | None]:
+    """For each episode, the skill of an episode of another task whose skill differs (drawn with `seed`, in episode
+    order); None where the episode has no skill or no such other episode exists."""
+    rng = random.Random(seed)
+    out: list[str | None] = []
+    for ep, skill in zip(episodes, skills, strict=True):
+        pool = [s for e, s in zip(episodes, skills, strict=True) if s and e.task_id != ep.task_id and s != skill]
+        out.append(rng.choice(pool) if skill and pool else None)
+    return out
+
+
+def action_mask(tokenizer: Any, response_ids: Sequence[int], action: str) -> list[bool]:
+    """Which response tokens spell the action: those whose characters overlap the last occurrence of `action` in the
+    decoded reply (the parsers read the action last: a JSON field, a tag); all False when it does not occur."""
+    ids = list(response_ids)
+    full = tokenizer.decode(ids, skip_special_tokens=True)
+    start = full.rfind(action) if action.strip() else -1
+    if start < 0:
+        return [False] * len(ids)
+    end = start + len(action)
+    mask, prev = [], 0
+    for i in range(len(ids)):
+        upto = len(tokenizer.decode(ids[: i + 1], skip_special_tokens=True))
+        mask.append(prev < end and upto > start and upto > prev)
+        prev = upto
+    return mask
+
+
+def _episode_run(cfg: ProbeConfig) -> tuple[Path, Manifest, list[Trajectory]]:
+    if not cfg.from_run:
+        raise UserError("seed probe needs --from RUN: a collect or eval run whose episodes it re-scores")
+    src = Path(cfg.from_run)
+    if not src.exists():
+        raise UserError(f"--from {src}: no such directory")
+    manifest = verify_run(src, tuple(EPISODE_FILES), runs_dir=cfg.runs_dir)
+    episodes = sorted(iter_jsonl(src / EPISODE_FILES[manifest.stage], Trajectory), key=lambda e: e.episode_id)
+    if not episodes:
+        raise UserError(f"--from {src}: the run holds no episodes")
+    if episodes[0].env != cfg.env:
+        raise UserError(f"--from {src}: its episodes are {episodes[0].env}'s; pass --env {episodes[0].env}")
+    if any(t.image for ep in episodes for t in ep.turns):
+        raise UserError(
+            f"--from {src}: its episodes were played from images; the probe scores text prompts (play them with "
+            "env_options '{observation: text}')"
+        )
+    return src, manifest, episodes[: cfg.episodes]
+
+
+def _own_skills(cfg: ProbeConfig, env: Environment, engine, episodes: list[Trajectory], out: Path) -> list[str | None]:
+    """Each episode's own skill (None where there is none), kept in `out` (skills.jsonl) for a resume and a reader."""
+    if out.exists():
+        rows = {r["episode_id"]: r.get("skill") for r in map(orjson.loads, out.read_bytes().splitlines())}
+        if all(ep.episode_id in rows for ep in episodes):
+            return [rows[ep.episode_id] for ep in episodes]
+    spec = cfg.skills.strip()
+    reasons: list[str | None] = [None] * len(episodes)
+    if spec == "none":
+        skills: list[str | None] = [None] * len(episodes)
+    elif spec == "rules":
+        skills = [env.rules_skill(ep)[1] or None for ep in episodes]
+    elif spec == "self":
+        parsed = analyze_with_engine(
+            engine, episodes, cfg.analyzer_max_new_tokens, temperature=0.0, seed=cfg.seed,
+            max_prompt_chars=cfg.analysis_max_chars,
+        )  # fmt: skip
+        skills = [p.skill if p.kept else None for p in parsed]
+        reasons = [p.reason for p in parsed]
+    else:
+        run = Path(spec)
+        verify_run(run, "annotate", runs_dir=cfg.runs_dir)
+        by_id = {r.episode_id: r.episode_skill for r in iter_jsonl(run / "skills.jsonl", SkillRecord)}
+        if not any(ep.episode_id in by_id for ep in episodes):
+            raise UserError(f"--skills {run}: the annotate run holds no skill of these episodes (annotate --from them)")
+        skills = [by_id.get(ep.episode_id) for ep in episodes]
+    rows = zip(episodes, skills, reasons, strict=True)
+    write_jsonl(out, [{"episode_id": e.episode_id, "skill": s, "reason": r} for e, s, r in rows])
+    return skills
+
+
+def context_skills(env: Environment, episodes: list[Trajectory], own: list[str | None], seed: int) -> dict:
+    """The skill each context gives each episode (None: that episode is not scored in that context)."""
+    oracle = [env.oracle_skill(ep) for ep in episodes]
+    reference = [o or x for o, x in zip(own, oracle, strict=True)]  # the null text matches the own skill's length
+    return {
+        "null": [null_skill(len(r)) if r else null_skill(len(NULL_TEXT)) for r in reference],
+        "own": own,
+        "shuffled": other_task(episodes, own, seed),
+        "oracle": oracle,
+        "oracle_shuffled": other_task(episodes, oracle, seed + 1),
+    }
+
+
+def _play(cfg: ProbeConfig, env: Environment, engine, meta: dict, episodes, skills: dict, run) -> dict[str, Any]:
+    """The first `cfg.play` tasks of the episodes played again under no skill and under each context; per context the
+    paired success gap against none over the tasks that context gives a skill."""
+    firsts: dict[str, int] = {}
+    for i, ep in enumerate(episodes):
+        firsts.setdefault(ep.task_id, i)
+    chosen = list(firsts.items())[: cfg.play]
+    tasks = {t.task_id: t for t in env.list_tasks(env.resolve_split(episodes[0].split))}
+    policy = ModelPolicy(engine, settings_from(cfg), cfg.gen_batch)
+    won: dict[str, dict[str, bool]] = {}
+    for ctx in ("none", *CONTEXTS):
+        specs = [
+            EpisodeSpec(f"p{k:04d}", task_id, tasks[task_id], None if ctx == "none" else skills[ctx][i])
+            for k, (task_id, i) in enumerate(chosen)
+            if task_id in tasks and (ctx == "none" or skills[ctx][i])
+        ]
+        if not specs:
+            continue
+        played, _ = play_to_file(f"probe {ctx}", specs, policy, cfg, meta, run.file(f"play_{ctx}.jsonl"), env=env)
+        won[ctx] = {e.task_id: e.won for e in played}
+    return {ctx: paired_gap(won["none"], won[ctx]) for ctx in CONTEXTS if ctx in won and "none" in won}
+
+
+def _scorer(model_dir: Path, cfg: ProbeConfig):
+    """π's log-probs as `seed rl`'s teacher pass computes them: fp32 weights, bf16 autocast where the dtype is bf16."""
+    from transformers import AutoModelForCausalLM
+
+    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
+                          cfg.device if cfg.device != "auto" else "cpu")  # fmt: skip
+    lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device).eval()
+    compute = compute_dtype(cfg.dtype, device)
+    return Scorer(lm, compute_dtype=compute if compute == torch.bfloat16 else None), device
+
+
+def run(cfg: ProbeConfig) -> Manifest:
+    src, source, episodes = _episode_run(cfg)
+    env = make_env(cfg)
+    model_dir = check_model_dir(cfg.model)
+    check_model_sees(env, model_dir, "--model")
+    chained = model_run(model_dir)
+    reward = Reward(env.success_reward, env.invalid_penalty)
+    scores = torch.tensor([reward.episode(ep) for ep in episodes], dtype=torch.float64)
+    advantages = group_advantages(scores, [ep.group_id for ep in episodes], traj_ids=[ep.episode_id for ep in episodes])
+    with open_run("probe", cfg) as run:
+        run.add_input(source.stage, src, source)
+        if chained is not None:
+            run.add_input(chained[1].stage, chained[0], chained[1])
+        t0 = time.time()
+        engine, meta = load_policy_engine(cfg, model_dir)
+        try:
+            own = _own_skills(cfg, env, engine, episodes, run.file("skills.jsonl"))
+            skills = context_skills(env, episodes, own, cfg.seed)
+            play = _play(cfg, env, engine, meta, episodes, skills, run) if cfg.play else {}
+            turns, pairs = _contexts(engine, env, episodes, skills, advantages.tolist())
+        finally:
+            engine.close()
+        scorer, device = _scorer(model_dir, cfg)
+        pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
+        for ctx, items in pairs.items():
+            logps = score_all(scorer, [p for _, p in items], cfg.micro_batch_tokens, pad, device)
+            for (turn, _), lp in zip(items, logps, strict=True):
+                turn.logp[ctx] = lp
+        result = {
+            "episodes": len(episodes),
+            "won": sum(ep.won for ep in episodes),
+            "run": str(src),
+            "model": str(model_dir),
+            "skills": cfg.skills,
+            "contexts": summarise(turns),
+            "play": play,
+            "wall_time_s": round(time.time() - t0, 1),
+        }
+        run.file("probe.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+        plot(result, run.file("probe.png"))
+        Console(stderr=True).print(table(result))
+        outputs: dict[str, int | None] = {"probe.json": None, "probe.png": None, "skills.jsonl": len(episodes)}
+        outputs.update({f"play_{c}.jsonl": None for c in ("none", *CONTEXTS) if run.file(f"play_{c}.jsonl").exists()})
+        return run.complete(outputs, _headline(result))
+
+
+def _contexts(engine, env: Environment, episodes, skills: dict, advantages: list[float]):
+    """Every reply of the episodes as a TurnScores, and per context the (turn, (prompt ids, response ids)) pairs to
+    score: the recorded prompt for none, the prompt with the context's skill inserted for the others."""
+    turns: list[TurnScores] = []
+    pairs: dict[str, list] = {"none": [], **{c: [] for c in CONTEXTS}}
+    tok = engine.tokenizer
+
+    def render(text: str) -> list[int]:
+        return list(engine.render([{"role": "user", "content": text}]))
+
+    for e, (ep, adv) in enumerate(zip(episodes, advantages, strict=True)):
+        for turn in ep.turns:
+            # a model's reply: the tokens it sampled; the expert's (no tokens): its text as the tokenizer encodes it
+            response = list(turn.response_ids) or tok.encode(turn.response, add_special_tokens=False)
+            if not response:
+                continue
+            ts = TurnScores(e, ep.won, adv, action_mask(tok, response, turn.action))
+            turns.append(ts)
+            pairs["none"].append((ts, (render(turn.prompt), response)))
+            for ctx in CONTEXTS:
+                skill = skills[ctx][e]
+                if skill:
+                    pairs[ctx].append((ts, (render(env.insert_skill(turn.prompt, skill)), response)))
+    return turns, pairs
+
+
+def score_all(scorer, contexts, max_tokens: int, pad_id: int, device) -> list[torch.Tensor]:
+    """ℓ of every response token of (prompt ids, response ids) pairs (rl/logprobs.py's packing and kernel)."""
+    return score_responses(scorer, contexts, max_tokens=max_tokens, pad_id=pad_id, device=device)
+
+
+def _headline(result: dict) -> dict[str, Any]:
+    """The manifest's metrics: per context Δ on action tokens (all episodes) and the success gap when played."""
+    out: dict[str, Any] = {"episodes": result["episodes"], "won": result["won"]}
+    for ctx, entry in result["contexts"].items():
+        out[f"delta_action/{ctx}"] = entry["action"]["all"].get("delta_mean")
+        out[f"delta_other/{ctx}"] = entry["other"]["all"].get("delta_mean")
+    for ctx, gap in result["play"].items():
+        if gap.get("tasks"):
+            out[f"success_gap_points/{ctx}"] = round(gap["gap_points"], 2)
+    return out
