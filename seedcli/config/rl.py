@@ -241,6 +241,13 @@ class RLConfig(RolloutConfig):
         "by '[…]'; drop = no skill (no OPD) for that episode; off = the paper",
         json_schema_extra={"hash": "if_set"},
     )
+    skill_control: Literal["none", "shuffled"] = Field(
+        "none",
+        description="shuffled = each episode's skill is replaced by the skill of an episode of another task of the same "
+        "update (after the leak guard), whose text differs: the control that keeps a skill block's presence and form "
+        "but not its information (with --analyzer oracle: another game's oracle); none = the episode's own",
+        json_schema_extra={"hash": "if_set"},
+    )
     opd_contrast: Literal["none", "shuffled"] = Field(
         "none",
         description="shuffled = the OPD gate reads the teacher gap minus the gap under another episode's skill of "

@@ -200,15 +200,25 @@ def guard_step_skills(
 
 def contrast_skills(episodes: Sequence, skills: Sequence[str | None], seed: int) -> list[str | None]:
     """`opd_contrast: shuffled`: for each episode with a skill, the skill of another episode of the same category
-    whose text differs (an identical text would contrast to zero), drawn with `random.Random(seed)` in episode
-    order; None where there is no such episode."""
+    whose text differs (an identical text would contrast to zero); see `other_skills`."""
+    return other_skills(episodes, skills, seed, other_task=False)
+
+
+def other_skills(episodes: Sequence, skills: Sequence[str | None], seed: int, other_task: bool) -> list[str | None]:
+    """For each episode with a skill, the skill of another episode whose text differs, drawn with
+    `random.Random(seed)` in episode order: of the same category (`other_task` False: `opd_contrast`), or of another
+    task (True: `skill_control: shuffled` and `seed probe`'s shuffled contexts); None where there is no such episode."""
     rng = random.Random(seed)
     out: list[str | None] = []
     for i, (ep, skill) in enumerate(zip(episodes, skills, strict=True)):
         pool = [
             other
             for j, (e, other) in enumerate(zip(episodes, skills, strict=True))
-            if skill and j != i and other and other != skill and e.category == ep.category
+            if skill
+            and j != i
+            and other
+            and other != skill
+            and (e.task_id != ep.task_id if other_task else e.category == ep.category)
         ]
         out.append(rng.choice(pool) if pool else None)
     return out

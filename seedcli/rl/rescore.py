@@ -22,7 +22,7 @@ from seedcli.engines.base import content_parts
 from seedcli.engines.vision import expand_image_tokens
 from seedcli.errors import UserError
 from seedcli.rl import distributed as D
-from seedcli.rl.analyse import Batch, contrast_skills, guard_skills, guard_step_skills
+from seedcli.rl.analyse import Batch, contrast_skills, guard_skills, guard_step_skills, other_skills
 from seedcli.rl.batching import VisionFn, plan_minibatches, rank_indices
 from seedcli.rl.context import RLContext, gigpo_settings, update_seed
 from seedcli.rl.logprobs import ScoreFn, score_responses
@@ -148,7 +148,8 @@ def teacher_skills(
     ctx: RLContext, batch: Batch, step: int, teacher: bool
 ) -> tuple[list[str | None], list[dict[int, str] | None] | None, list[str | None] | None, int]:
     """(episode skills, step skills, opd_contrast's other skills, how many leak_guard changed) of the batch: leak_guard,
-    then opd_contrast's other skills, on the batch's final skills (every rank holds all of them)."""
+    then `skill_control: shuffled`'s exchange for another task's skill, then opd_contrast's other skills, on the
+    batch's final skills (every rank holds all of them)."""
     cfg, find_leaks = ctx.cfg, ctx.hooks.find_leaks
     skills, guarded = list(batch.skills), 0
     if cfg.leak_guard != "off" and find_leaks is not None:
@@ -157,6 +158,8 @@ def teacher_skills(
     if step_skills is not None and cfg.leak_guard != "off" and find_leaks is not None:
         step_skills, step_guarded = guard_step_skills(batch.episodes, step_skills, find_leaks, cfg.leak_guard)
         guarded += step_guarded
+    if cfg.skill_control == "shuffled":  # the control: another task's skill in each episode's teacher prompt
+        skills = other_skills(batch.episodes, skills, update_seed(cfg.seed, step, "control"), other_task=True)
     contrast = teacher and cfg.opd_contrast == "shuffled"
     others = contrast_skills(batch.episodes, skills, update_seed(cfg.seed, step, "contrast")) if contrast else None
     return skills, step_skills, others, guarded

@@ -23,7 +23,6 @@ play_<context>.jsonl (resumable) in runs/probe/<id>/.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +40,7 @@ from seedcli.errors import UserError
 from seedcli.precision import compute_dtype
 from seedcli.records import SkillRecord, Trajectory, iter_jsonl, write_jsonl
 from seedcli.report.probe import CONTEXTS, TurnScores, paired_gap, plot, summarise, table
+from seedcli.rl.analyse import other_skills
 from seedcli.rl.logprobs import Scorer, score_responses
 from seedcli.rl.samples import Reward, group_advantages
 from seedcli.rollout import EpisodeSpec, ModelPolicy
@@ -68,17 +68,6 @@ def null_skill(length: int) -> str:
         text = f"{text} {words[i % len(words)]}".strip()
         i += 1
     return text
-
-
-def other_task(episodes: Sequence[Trajectory], skills: Sequence[str | None], seed: int) -> list[str | None]:
-    """For each episode, the skill of an episode of another task whose skill differs (drawn with `seed`, in episode
-    order); None where the episode has no skill or no such other episode exists."""
-    rng = random.Random(seed)
-    out: list[str | None] = []
-    for ep, skill in zip(episodes, skills, strict=True):
-        pool = [s for e, s in zip(episodes, skills, strict=True) if s and e.task_id != ep.task_id and s != skill]
-        out.append(rng.choice(pool) if skill and pool else None)
-    return out
 
 
 def action_mask(tokenizer: Any, response_ids: Sequence[int], action: str) -> list[bool]:
@@ -156,9 +145,9 @@ def context_skills(env: Environment, episodes: list[Trajectory], own: list[str |
     return {
         "null": [null_skill(len(r)) if r else null_skill(len(NULL_TEXT)) for r in reference],
         "own": own,
-        "shuffled": other_task(episodes, own, seed),
+        "shuffled": other_skills(episodes, own, seed, other_task=True),
         "oracle": oracle,
-        "oracle_shuffled": other_task(episodes, oracle, seed + 1),
+        "oracle_shuffled": other_skills(episodes, oracle, seed + 1, other_task=True),
     }
 
 

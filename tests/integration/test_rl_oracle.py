@@ -68,3 +68,19 @@ def test_oracle_refuses_the_leak_guard(model, tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "leak_guard=off" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_skill_control_gives_each_episode_another_games_oracle(model, tmp_path):
+    rec, _ = rl_record(tmp_path, model, "ezpoints", "skill_control=shuffled", "opd_form=signed", "dump_analyses=true")
+    assert rec["opd/token_frac"] == 1.0  # two games an update: each episode reads the other game's oracle
+    run = tmp_path / "rl" / "latest"
+    games = {
+        json.loads(x)["episode_id"]: json.loads(x)
+        for x in (run / "analyses" / "step_000001.jsonl").read_text().splitlines()
+    }
+    prompts = [json.loads(x) for x in (run / "teacher_prompts" / "step_000001.jsonl").read_text().splitlines()]
+    assert prompts
+    for p in prompts:
+        own = games[p["episode_id"]]["skill"]  # the episode's own oracle (what the leak audit sees)
+        others = {g["skill"] for g in games.values() if g["group_id"] != games[p["episode_id"]]["group_id"]}
+        assert own not in p["teacher_prompt"] and any(o in p["teacher_prompt"] for o in others)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from seedcli.report.probe import TurnScores, paired_gap, pearson, summarise
-from seedcli.stages.probe import NULL_TEXT, action_mask, null_skill, other_task
+from seedcli.rl.analyse import other_skills
+from seedcli.stages.probe import NULL_TEXT, action_mask, null_skill
 
 
 class CharTokenizer:
@@ -52,13 +53,13 @@ def test_null_skill_is_neutral_and_about_as_long_as_asked():
         assert set(text.split()) <= set(NULL_TEXT.split())
 
 
-def test_other_task_never_gives_an_episode_a_skill_of_its_own_task():
+def test_other_skills_never_give_an_episode_a_skill_of_its_own_task():
     eps = [NS(task_id=t) for t in ("a", "a", "b", "c")]
     skills = ["sa", "sa2", "sb", None]
     for seed in range(20):
-        out = other_task(eps, skills, seed)
+        out = other_skills(eps, skills, seed, other_task=True)
         assert out[0] in ("sb",) and out[1] == "sb" and out[2] in ("sa", "sa2") and out[3] is None
-    assert other_task([NS(task_id="a")], ["s"], 0) == [None]  # no other task
+    assert other_skills([NS(task_id="a")], ["s"], 0, other_task=True) == [None]  # no other task
 
 
 def _turn(ep, won, adv, action, none, ctx):
