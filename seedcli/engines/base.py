@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from seedcli.errors import UserError
+from seedcli.hub import resolve_model
 from seedcli.prompts import IMAGE_PLACEHOLDER
 
 if TYPE_CHECKING:
@@ -97,10 +98,17 @@ WEIGHT_PATTERNS = (
 )
 
 
-def check_model_dir(model: str | os.PathLike, flag: str = "--model") -> Path:
-    """A loadable Hugging Face model directory, or a one-line UserError saying what is missing and how to fix it."""
+def check_model_dir(model: str | os.PathLike | None, flag: str = "--model") -> Path:
+    """A loadable Hugging Face model directory, or a one-line UserError saying what is missing and how to fix it.
+    `model` is a directory or a Hub id `ORG/NAME[@REVISION]` (`seedcli.hub`: a directory that exists wins), which
+    resolves to its snapshot in the Hugging Face cache."""
 
-    path = Path(model)
+    if not model:
+        raise UserError(
+            f"no model given: pass {flag} DIR or {flag} ORG/NAME (a Hub id; build a tiny model with `seed model init "
+            "--preset tiny --out DIR`)"
+        )
+    path = resolve_model(model, flag)
     if path.is_file():
         raise UserError(
             f"{flag} {path}: a file, not a model directory; pass the directory that holds config.json and the "

@@ -57,6 +57,7 @@ from seedcli.artifacts import Manifest, open_run, resolve_input, saved_path, utc
 from seedcli.config import AnnotateConfig
 from seedcli.envs import env_class, get_env
 from seedcli.errors import StageFailed, UserError
+from seedcli.hub import hub_fields, resolve_model
 from seedcli.images import run_images
 from seedcli.progress import StageProgress
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_images, analysis_version, render_trajectory_analysis
@@ -112,7 +113,7 @@ def _resolve_analyzer_fields(cfg: AnnotateConfig) -> AnnotateConfig:
             raise UserError(
                 "--analyzer policy needs --model DIR (a Hugging Face model directory, e.g. runs/sft/<id>/model)"
             )
-        if not (Path(cfg.model) / "config.json").exists():
+        if not (resolve_model(cfg.model) / "config.json").exists():  # a Hub id ORG/NAME[@REVISION]: its snapshot
             raise UserError(f"--model {cfg.model}: no config.json; pass a Hugging Face model directory")
     return cfg.model_copy(update=update) if update else cfg
 
@@ -123,7 +124,7 @@ def _key_model(cfg: AnnotateConfig, env: str = "alfworld") -> tuple[str, str]:
         version = env_class(env).rules_version
         return version, version
     if cfg.analyzer == "policy":
-        return str(cfg.model), "sha256:" + model_fingerprint(Path(cfg.model))[:16]
+        return str(cfg.model), "sha256:" + model_fingerprint(resolve_model(cfg.model))[:16]
     return str(cfg.model), str(cfg.model)
 
 
@@ -390,6 +391,8 @@ def run(cfg: AnnotateConfig) -> Manifest:
             raise RuntimeError(f"{n_kept + n_rej} records for {len(trajectories)} trajectories")
         metrics = _metrics(cfg, model, worker, cache, trajectories, reused, len(pending), time.time() - t0)
         metrics["collect_run"] = collect_manifest.run_id
+        if cfg.analyzer == "policy":  # a Hub model: its repository and resolved commit
+            metrics.update(hub_fields(resolve_model(cfg.model)))
         metrics.update(_leak_metrics(collect_dir, collect_manifest, trajectories, worker.records))
         _refuse_if_failed(cfg, run, worker, metrics, len(trajectories))
         return run.complete(

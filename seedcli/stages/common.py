@@ -10,33 +10,25 @@ from pathlib import Path
 from seedcli.artifacts import Manifest, Run
 from seedcli.config import RolloutConfig
 from seedcli.engines import load_engine
-from seedcli.engines.base import check_model_dir as engine_model_dir
-from seedcli.engines.base import is_vision_model
+from seedcli.engines.base import check_model_dir, is_vision_model  # noqa: F401 - the stages take check_model_dir here
 from seedcli.engines.tiny import model_hash
 from seedcli.envs import get_env
 from seedcli.envs.base import Environment
 from seedcli.envs.pool import EnvPool
 from seedcli.errors import UserError
+from seedcli.hub import hub_fields, hub_origin
 from seedcli.images import IMAGES_DIR, run_images
 from seedcli.progress import StageProgress
 from seedcli.records import JsonlWriter, Trajectory, iter_jsonl, repair_tail, write_jsonl
 from seedcli.rollout import EpisodeSpec, RolloutSettings, play_episodes
 
 
-def check_model_dir(model: str | None, flag: str = "--model") -> Path:
-    """A model directory in Hugging Face format (`engines.base.check_model_dir`), or a one-line error."""
-    if not model:
-        raise UserError(
-            f"no model given: pass {flag} DIR (build a tiny one with `seed model init --preset tiny --out DIR`)"
-        )
-    return engine_model_dir(model, flag)
-
-
 def chain_model(run: Run, model_dir: Path, source: tuple[Path, Manifest] | None) -> None:
     """Record in `run`'s manifest the model it plays or trains from: the run it came from as an input (`source`,
     verified by `artifacts.model_run` or `--from`), and, where that run's manifest does not vouch for these very files
     (a model directory outside any run, a checkpoint of a run still going), the weights' sha256 as `inputs/model_hash`
-    beside `inputs/model`. A resumed run refuses a model whose weights changed since it started."""
+    beside `inputs/model`, and for a Hub model its repository and resolved commit (`inputs/model_repo`,
+    `inputs/model_commit`). A resumed run refuses a model whose weights changed since it started."""
     if source is not None:
         run.add_input(source[1].stage, source[0], source[1])
         if _vouched(model_dir, *source):
@@ -44,11 +36,19 @@ def chain_model(run: Run, model_dir: Path, source: tuple[Path, Manifest] | None)
     digest = model_hash(model_dir)
     before = run.manifest.metrics.get("inputs/model_hash")
     if before is not None and before != digest:
+        was, origin = run.manifest.metrics.get("inputs/model_commit"), hub_origin(model_dir)
+        moved = (
+            f" ({origin[0]} now resolves to commit {origin[1][:12]}, the run started from {was[:12]})"
+            if (was and origin)
+            else ""
+        )
         raise UserError(
             f"{model_dir}: the model's weights changed since this run started (sha256 {digest[:12]}, the run "
-            f"recorded {before[:12]}); restore that model, or start a new run without --resume"
+            f"recorded {before[:12]}){moved}; restore that model, or start a new run without --resume"
         )
-    run.manifest.metrics.update({"inputs/model": str(model_dir.absolute()), "inputs/model_hash": digest})
+    run.manifest.metrics.update(
+        {"inputs/model": str(model_dir.absolute()), "inputs/model_hash": digest, **hub_fields(model_dir)}
+    )
     run.save()
 
 

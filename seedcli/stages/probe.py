@@ -45,6 +45,7 @@ from seedcli.rl.logprobs import Scorer, score_responses
 from seedcli.rl.samples import Reward, group_advantages
 from seedcli.rollout import EpisodeSpec, ModelPolicy
 from seedcli.stages.common import (
+    chain_model,
     check_model_dir,
     check_model_sees,
     load_policy_engine,
@@ -196,8 +197,7 @@ def run(cfg: ProbeConfig) -> Manifest:
     advantages = group_advantages(scores, [ep.group_id for ep in episodes], traj_ids=[ep.episode_id for ep in episodes])
     with open_run("probe", cfg) as run:
         run.add_input(source.stage, src, source)
-        if chained is not None:
-            run.add_input(chained[1].stage, chained[0], chained[1])
+        chain_model(run, model_dir, chained)  # its run, or its weights' hash (and a Hub model's repo and commit)
         t0 = time.time()
         engine, meta = load_policy_engine(cfg, model_dir)
         try:

@@ -55,6 +55,7 @@ from seedcli.engines.base import check_gpus, is_vision_model
 from seedcli.engines.tiny import model_hash
 from seedcli.engines.vision import expand_image_tokens, load_image_processor, vision_inputs
 from seedcli.errors import UserError
+from seedcli.hub import hub_fields, resolve_model
 from seedcli.images import ImageStore, run_images
 from seedcli.records import SkillRecord, Trajectory, iter_jsonl, read_jsonl, write_jsonl
 from seedcli.sftdata import DataStats, Example, Expand, build_examples, kept_records, split_by_episode
@@ -92,11 +93,16 @@ def _base_model(cfg: SFTConfig, annotate_dir: Path, collect_dir: Path | None) ->
         model = collect_manifest.config.get("model")
         if not model:
             raise UserError(f"no --model given and collect run {collect_dir} records no model; pass --model DIR")
-        recorded = str(Path(model))  # the config (and its hash) keep it as recorded, whatever the working directory
-        # found as the collect run meant it: relative to the directory that run was started from
-        path = saved_path(collect_dir, collect_manifest, model)
+        repo, commit = (collect_manifest.metrics.get(f"inputs/model_{k}") for k in ("repo", "commit"))
+        if repo and commit:  # a Hub model: the very commit the collect run played
+            recorded = f"{repo}@{commit}"
+            path = resolve_model(recorded)
+        else:
+            recorded = str(Path(model))  # the config (and its hash) keep it as recorded, whatever the working dir
+            # found as the collect run meant it: relative to the directory that run was started from
+            path = saved_path(collect_dir, collect_manifest, model)
     else:
-        recorded, path = str(Path(model)), Path(model)
+        recorded, path = str(Path(model)), resolve_model(model)  # a Hub id ORG/NAME[@REVISION]: its snapshot
     if not (path / "config.json").exists():
         raise UserError(
             f"--model {path}: not a Hugging Face model directory (no config.json); "
@@ -289,7 +295,8 @@ def run(cfg: SFTConfig) -> Manifest:
 
     device, nproc = _resolve_device(cfg)
 
-    base_hash = model_hash(base)
+    # the base model: where it is, its weights' sha256, and a Hub model's repository and resolved commit
+    base_fields = {"base_model": str(base), "base_model_hash": model_hash(base), **hub_fields(base, "base_model")}
     with open_run("sft", cfg) as run:
         run.add_input("annotate", annotate_dir, annotate_manifest)
         if collect_dir is not None:
@@ -321,9 +328,7 @@ def run(cfg: SFTConfig) -> Manifest:
                     file=sys.stderr,
                 )
         steps_per_epoch = math.ceil(math.ceil(n_train / cfg.batch_size) / cfg.grad_accum) if n_train else 0
-        run.manifest.metrics.update(
-            {"base_model": str(base), "base_model_hash": base_hash, "annotate_run": annotate_manifest.run_id}
-        )
+        run.manifest.metrics.update({**base_fields, "annotate_run": annotate_manifest.run_id})
         run.save()
         print(
             f"sft: {n_train} train / {n_val} val examples, ~{steps_per_epoch} step(s) per epoch, {cfg.epochs:g} epoch(s), "
@@ -337,8 +342,7 @@ def run(cfg: SFTConfig) -> Manifest:
         else:
             train(run.path, cfg, base, device)
         metrics: dict[str, Any] = {
-            "base_model": str(base),
-            "base_model_hash": base_hash,
+            **base_fields,
             "annotate_run": annotate_manifest.run_id,
             "collect_run": read_manifest(collect_dir).run_id if collect_dir is not None else None,
             **stats_metrics,

@@ -67,6 +67,7 @@ from seedcli.engines.tiny import QWEN_VOCAB_SIZE, build_tiny_model, model_hash
 from seedcli.envs import get_env, tokenizer_texts
 from seedcli.envs.base import Environment
 from seedcli.errors import NonFiniteValue, UserError
+from seedcli.hub import hub_fields
 from seedcli.precision import compute_dtype_name
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION
 from seedcli.records import visible_floats, write_jsonl
@@ -136,6 +137,7 @@ def run(cfg: WarmStartConfig) -> Manifest:
             "env": record["env"],
             "inputs/base_model": str(base),
             "inputs/base_model_hash": base_hash,
+            **hub_fields(base, "inputs/base_model"),  # a Hub model: its repository and resolved commit
             "inputs/demos": record["demos_cache"],
             "inputs/demos_sha256": sha256_file(Path(record["demos_cache"])),
             **_summary(record),
