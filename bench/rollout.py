@@ -9,7 +9,9 @@ self-analysis of every episode is included (lockstep: after the last episode; as
 
 Reported per schedule: engine steps (decode iterations; on a GPU a decode step of a 3B model costs about the same
 for 1 or 64 sequences, so this is the hardware-independent measure), wall time here, the analysis requests and their
-tokens; then whether the two produced identical trajectories and analyses (same tokens, log-probs within 1e-4).
+tokens; then whether the two produced identical trajectories and analyses (same tokens, log-probs within 1e-4), with
+the dtype beside it: fp32 by default, where a row's sums do not depend on its batch; in bf16 they do, so async (batches
+follow thread timing) and lockstep part (`--dtype bfloat16`; `bench/deterministic.py` measures `deterministic=true`).
 
     .venv/bin/python bench/rollout.py --quick          # ALFWorld, 4 tasks x 4, 6 turns: minutes on 2 cores
     .venv/bin/python bench/rollout.py --paper          # the paper's shape: 16 tasks x 8, 30 turns, 128 in flight
@@ -151,6 +153,16 @@ def same(a: dict, b: dict) -> tuple[int, int]:
     return k, len(a["episodes"])
 
 
+def dtype_name(engine, asked: str) -> str:
+    """The dtype the engine computes in ('float32', 'bfloat16'): the hf engine's, vLLM's weights', else `asked`."""
+    dtype = getattr(engine, "dtype", None) or getattr(engine, "weight_dtype", None)
+    if dtype is not None:
+        return str(dtype).removeprefix("torch.")
+    from seedcli.precision import compute_dtype_name
+
+    return compute_dtype_name(asked, "cpu")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="alfworld")
@@ -168,6 +180,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", default="float32", help="the engine's: float32 (default) | bfloat16 | auto")
     ap.add_argument("--quick", action="store_true", help="4 tasks x 4, 6 turns, 16 rows (minutes on 2 cores)")
     ap.add_argument("--paper", action="store_true", help="16 tasks x 8, 30 turns, 128 rows (the paper's update)")
     ap.add_argument("--simulate", action="store_true", help="count the engine steps from the lengths alone (no model)")
@@ -204,16 +217,17 @@ def main() -> None:
         sys.exit(f"--lengths {args.lengths}: use lognormal or from:RUN")
     print(
         f"rollout bench: {args.env}, {len(tasks)} tasks x {args.group}, {args.max_steps} turns, {args.rows} rows, "
-        f"tiny model on the {args.engine} engine; reply lengths: {described}; self-analysis of every episode "
-        f"({args.analysis_tokens} tokens)",
+        f"tiny model on the {args.engine} engine ({args.dtype}); reply lengths: {described}; self-analysis of every "
+        f"episode ({args.analysis_tokens} tokens)",
         file=sys.stderr,
     )
     with tempfile.TemporaryDirectory() as tmp:
         model = build_tiny_model(Path(tmp) / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
         if args.engine == "vllm":
-            engine = load_engine("vllm", model, max_num_seqs=args.rows)
+            engine = load_engine("vllm", model, max_num_seqs=args.rows, dtype=args.dtype)
         else:
-            engine = load_engine("hf", model, device="cpu", max_batch=args.rows)
+            engine = load_engine("hf", model, device="cpu", max_batch=args.rows, dtype=args.dtype)
+        dtype = dtype_name(engine, args.dtype)
         warm_up(engine)
         results = {mode: play(mode, args, engine, env, tasks, lengths) for mode in ("lockstep", "async")}
     for mode, r in results.items():
@@ -226,7 +240,8 @@ def main() -> None:
     print(
         f"rollout bench: lockstep {lock['steps']} steps {lock['wall']:.1f} s | async {asyn['steps']} steps "
         f"{asyn['wall']:.1f} s | steps ratio {lock['steps'] / max(asyn['steps'], 1):.2f} | wall ratio "
-        f"{lock['wall'] / max(asyn['wall'], 1e-9):.2f} | identical trajectories: {'yes' if k == n else 'no'} ({k}/{n})"
+        f"{lock['wall'] / max(asyn['wall'], 1e-9):.2f} | identical trajectories ({dtype}): {'yes' if k == n else 'no'} "
+        f"({k}/{n})"
     )
 
 

@@ -75,6 +75,12 @@ class RolloutConfig(StageConfig):
         "bf16 the batch make-up can part them)",
         "async",
     )
+    deterministic: bool = _nohash(
+        "true: plays lockstep whatever `rollout` says, so every batch is made of the same requests run after run "
+        "(in bf16 a row's sums depend on its batch, and async batches follow thread timing); the same command then "
+        "gives the same episodes in bf16 too, as long as gen_batch, hf_batch and prefix_cache_mb stay the same",
+        False,
+    )
 
     @field_validator("env", mode="before")
     @classmethod

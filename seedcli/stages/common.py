@@ -87,7 +87,7 @@ def settings_from(cfg: RolloutConfig) -> RolloutSettings:
         top_p=cfg.top_p,
         max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed,
-        rollout=cfg.rollout,
+        rollout="lockstep" if cfg.deterministic else cfg.rollout,  # a fixed batch make-up (bf16: the same sums)
     )
 
 
