@@ -11,7 +11,8 @@ the batch it shares, and a sampled token with them.
     .venv/bin/python bench/hf_batch.py                       # SmolLM2-135M-Instruct (`make install`), EZPoints
     .venv/bin/python bench/hf_batch.py --rows 16 64 --tasks 8 --group 8 --max-steps 2
     .venv/bin/python bench/hf_batch.py --tiny                # the tiny model built in code (seconds)
-Last line: `hf batch bench: 16 rows <s> s | 64 rows <s> s | wall ratio <x> | tokens/s <a> -> <b> | identical <k>/<n>`.
+Last line: `hf batch bench: 16 rows <s> s | 64 rows <s> s | wall ratio <x> | tokens/s <a> -> <b> | identical <k>/<n>
+(<dtype>)`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from prefix_cache import bench_model, play, rollout_args, same, test_games  # noqa: E402  (the prefix-cache bench's)
+from prefix_cache import bench_model, dtype_of, play, rollout_args, same, test_games  # noqa: E402  (the prefix-cache bench's)
 
 
 def main() -> None:
@@ -66,7 +67,7 @@ def main() -> None:
     print(
         f"hf batch bench: {a} rows {results[a]['wall']:.1f} s | {b} rows {results[b]['wall']:.1f} s | wall ratio "
         f"{results[a]['wall'] / max(results[b]['wall'], 1e-9):.2f} | tokens/s {tps[a]:.1f} -> {tps[b]:.1f} | "
-        f"identical {k}/{n}"
+        f"identical {k}/{n} ({dtype_of(engine)})"
     )
 
 

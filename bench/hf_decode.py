@@ -12,7 +12,8 @@ within 1e-4; the two attentions sum in different orders, so a sampled token can 
     .venv/bin/python bench/hf_decode.py                        # SmolLM2-135M-Instruct (`make install`), EZPoints
     .venv/bin/python bench/hf_decode.py --model runs/method-check/models/agent --threads 1   # the method check's agent
     .venv/bin/python bench/hf_decode.py --tiny                 # the tiny model built in code (seconds)
-Last line: `hf decode bench: decode <x>x | prefill <y>x | wall <z>x | tokens/s <a> -> <b> | identical <k>/<n>`.
+Last line: `hf decode bench: decode <x>x | prefill <y>x | wall <z>x | tokens/s <a> -> <b> | identical <k>/<n>
+(<dtype>)`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from prefix_cache import bench_model, play, rollout_args, same, test_games  # noqa: E402  (the prefix-cache bench's)
+from prefix_cache import bench_model, dtype_of, play, rollout_args, same, test_games  # noqa: E402  (the prefix-cache bench's)
 
 
 def timed(clock: dict):
@@ -73,6 +74,7 @@ def main() -> None:
                                  attn_implementation=s["attn_implementation"])  # fmt: skip
             if s["spare"] is not None:
                 engine.kv_spare = s["spare"]
+            dtype = dtype_of(engine)
             if not results:
                 print(
                     f"hf decode bench: {args.env}, {len(tasks)} test games x {args.group}, {name} ({engine.dtype}), "
@@ -97,7 +99,7 @@ def main() -> None:
     print(
         f"hf decode bench: decode {a['decode_s'] / max(b['decode_s'], 1e-9):.2f}x | prefill "
         f"{a['prefill_s'] / max(b['prefill_s'], 1e-9):.2f}x | wall {a['wall'] / max(b['wall'], 1e-9):.2f}x | tokens/s "
-        f"{tps['transformers']:.1f} -> {tps['seedcli']:.1f} | identical {k}/{n}"
+        f"{tps['transformers']:.1f} -> {tps['seedcli']:.1f} | identical {k}/{n} ({dtype})"
     )
 
 

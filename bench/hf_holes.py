@@ -18,7 +18,7 @@ demo's SmolLM2 sft model (fp32, 2 AVX2 threads, alone, 2026-12-05): wall 1.25x, 
     .venv/bin/python bench/hf_holes.py                         # SmolLM2-135M-Instruct (`make install`), EZPoints
     .venv/bin/python bench/hf_holes.py --rows 16 --threads 1   # the default hf_batch on one thread
     .venv/bin/python bench/hf_holes.py --tiny                  # the tiny model built in code (seconds)
-Last line: `hf holes bench: wall <x>x | copies <a> -> <b> | tokens/s <c> -> <d> | identical <k>/<n>`.
+Last line: `hf holes bench: wall <x>x | copies <a> -> <b> | tokens/s <c> -> <d> | identical <k>/<n> (<dtype>)`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from prefix_cache import bench_model, play, rollout_args, same, test_games  # noqa: E402  (the prefix-cache bench's)
+from prefix_cache import bench_model, dtype_of, play, rollout_args, same, test_games  # noqa: E402  (the prefix-cache bench's)
 
 
 def main() -> None:
@@ -75,7 +75,7 @@ def main() -> None:
     k, n = same(a, b)
     print(
         f"hf holes bench: wall {a['wall'] / max(b['wall'], 1e-9):.2f}x | copies {a['copies']} -> {b['copies']} | "
-        f"tokens/s {tps['drop']:.1f} -> {tps['holes']:.1f} | identical {k}/{n}"
+        f"tokens/s {tps['drop']:.1f} -> {tps['holes']:.1f} | identical {k}/{n} ({dtype_of(engine)})"
     )
 
 

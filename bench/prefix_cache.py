@@ -77,6 +77,12 @@ def same(a: dict, b: dict) -> tuple[int, int]:
     return sum(t.same_play(b["episodes"].get(eid)) for eid, t in a["episodes"].items()), len(a["episodes"])
 
 
+def dtype_of(engine) -> str:
+    """The engine's compute dtype by name ('float32', 'bfloat16'): printed beside every identity count, which holds to
+    the bit in fp32 only (in bf16 a row's sums depend on the rows batched with it)."""
+    return str(engine.dtype).removeprefix("torch.")
+
+
 def rollout_args(ap: argparse.ArgumentParser, tasks: int, max_steps: int) -> None:
     """The options both rollout benches take (this one and bench/hf_batch.py)."""
     ap.add_argument("--model", help="a Hugging Face model directory (default: SmolLM2-135M-Instruct from its package)")
@@ -153,8 +159,8 @@ def main() -> None:
     print(
         f"prefix cache bench: off {off['wall']:.1f} s | on {on['wall']:.1f} s | wall ratio "
         f"{off['wall'] / max(on['wall'], 1e-9):.2f} | prefill tokens {off['prefill']} -> {on['prefill']} "
-        f"({off['prefill'] / max(on['prefill'], 1):.1f}x fewer) | identical trajectories: {'yes' if k == n else 'no'} "
-        f"({k}/{n})"
+        f"({off['prefill'] / max(on['prefill'], 1):.1f}x fewer) | identical trajectories ({dtype_of(engine)}): "
+        f"{'yes' if k == n else 'no'} ({k}/{n})"
     )
 
 

@@ -8,12 +8,13 @@ common prefix once.
 Reported per setting: the phases' seconds; then the ratios, whether the two played the same episodes, and how far
 the update's loss, KL and gradient norm moved (float rounding: the computation is the same up to it). The rollout is
 the same work in both, so its ratio says how much the machine's load differed between them (1.00x on a quiet one);
-`--first on` runs the settings in the other order.
+`--first on` runs the settings in the other order. The dtype stands beside "same episodes": in bf16 an async rollout's
+batches follow thread timing and parts them; pass `deterministic=true` there (both runs then play lockstep).
 
     .venv/bin/python bench/shared_prefix.py --model runs/method-check/models/agent  # a SmolLM2 warm start, EZPoints
     .venv/bin/python bench/shared_prefix.py --tiny                                  # the tiny model built in code
 
-Last line: `shared prefix bench: rescore <x>x | update <y>x | rescore+update <z>x | same episodes: yes | ...`.
+Last line: `shared prefix bench: rescore <x>x | update <y>x | rescore+update <z>x | same episodes (<dtype>): yes | ...`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ def one_update(args: argparse.Namespace, model: Path, runs: Path, share: bool) -
     )  # fmt: skip
     # what the rollout played: the same episodes give the same counts, tokens, rewards and advantages' shape
     played = {k: v for k, v in record.items() if k.startswith(("rollout/", "adv/"))}
-    return {"times": times, "record": record, "played": played}
+    from seedcli.precision import compute_dtype_name
+
+    dtype = compute_dtype_name(json.loads((run / "manifest.json").read_text())["config"].get("dtype"), "cpu")
+    return {"times": times, "record": record, "played": played, "dtype": dtype}
 
 
 def main() -> int:
@@ -95,7 +99,7 @@ def main() -> int:
     print(
         f"shared prefix bench: rescore {ratio['rescore']:.2f}x | update {ratio['update']:.2f}x | rescore+update "
         f"{both:.2f}x | whole update {ratio['step']:.2f}x | rollout {ratio['rollout']:.2f}x (the same work: how much "
-        f"the machine's load differed) | same episodes: {same} | max relative change of "
+        f"the machine's load differed) | same episodes ({off['dtype']}): {same} | max relative change of "
         f"{'/'.join(k.split('/')[1] for k in COMPARED)} {moved:.1e}"
     )
     return 0
