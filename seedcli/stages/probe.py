@@ -73,9 +73,12 @@ def null_skill(length: int) -> str:
 
 def action_mask(tokenizer: Any, response_ids: Sequence[int], action: str) -> list[bool]:
     """Which response tokens spell the action: those whose characters overlap the last occurrence of `action` in the
-    decoded reply (the parsers read the action last: a JSON field, a tag); all False when it does not occur."""
+    decoded reply (the parsers read the action last: a JSON field, a tag), matched without case where lowering keeps
+    the text's length (WebShop's parser lowercases the action); all False when it does not occur."""
     ids = list(response_ids)
     full = tokenizer.decode(ids, skip_special_tokens=True)
+    if len(full.lower()) == len(full):
+        full, action = full.lower(), action.lower()
     start = full.rfind(action) if action.strip() else -1
     if start < 0:
         return [False] * len(ids)

@@ -33,6 +33,8 @@ def test_action_mask_marks_the_last_occurrence_of_the_action():
     mask = action_mask(tok, tok.encode(tag), "go to desk 1")
     assert "".join(c for c, m in zip(tag, mask, strict=True) if m) == "go to desk 1"
     assert action_mask(tok, tok.encode("no action here"), "look") == [False] * 14
+    shop = "<action>search[Find me jeans]</action>"  # WebShop's parser lowercases what it sends
+    assert sum(action_mask(tok, tok.encode(shop), "search[find me jeans]")) == len("search[find me jeans]")
     assert action_mask(tok, tok.encode("abc"), "") == [False] * 3
 
 
