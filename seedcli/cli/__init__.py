@@ -160,9 +160,9 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
         typ = _option_type(field.annotation)
         help_text = field.description or ""
         if name == "env":  # the choices are the registered environments
-            from seedcli.envs import ENV_NAMES
+            from seedcli.envs import env_names
 
-            help_text = f"environment: {' | '.join(ENV_NAMES)} (`seed envs` describes each)"
+            help_text = f"environment: {' | '.join(env_names())} | package.module:Class (`seed envs` describes each)"
         # a default that depends on the environment is described in the help text itself, not as one number
         env_default = (
             (field.json_schema_extra or {}).get("env_default") if isinstance(field.json_schema_extra, dict) else None
@@ -379,18 +379,13 @@ def envs_cmd(
     """Every registered environment: its splits and task counts (per category), data root, turns, observations,
     and env options with their types, defaults and meaning. Missing data is one line per environment."""
     with cli_errors("envs"):
-        from seedcli.config import nearest
-        from seedcli.envs import ENV_NAMES
+        from seedcli.envs import entry, env_names
 
-        names = list(ENV_NAMES)
+        names = list(env_names())
         if data_root is not None and env is None:
             raise UserError("--data-root describes one environment's data: add --env NAME")
         if env is not None:
-            if env.strip().lower() not in ENV_NAMES:
-                raise UserError(
-                    f"unknown environment {env!r}{nearest(env.strip().lower(), ENV_NAMES)} (use one of {', '.join(ENV_NAMES)})"
-                )
-            names = [env.strip().lower()]
+            names = [entry(env).name]  # a module:Class path too; an unknown name is one line
         described = [describe_env(name, data_root) for name in names]
     if as_json:
         sys.stdout.write(json.dumps(described, indent=2, default=str) + "\n")
@@ -400,7 +395,7 @@ def envs_cmd(
         console = Console(width=160, highlight=False)  # a pipe or log file: no need to squeeze into 80 columns
     say = lambda text: console.print(text, markup=False, soft_wrap=True)  # noqa: E731 - split names hold [brackets]
     for d in described:
-        say(f"{d['name']} ({d['title']}): {d['turns']} turns, history {d['history']}, observations: "
+        say(f"{d['name']} ({d['title']}; {d['origin']}): {d['turns']} turns, history {d['history']}, observations: "
             f"{', '.join(d['observation_modes'])}; categories: {d['category_label']}")  # fmt: skip
         say(f"  data: {d['data_root']}" if d["data_root"] else f"  data: missing: {d['data_missing']}")
         names = []
@@ -436,13 +431,14 @@ def describe_env(name: str, data_root: str | None = None) -> dict[str, Any]:
     """What `seed envs` shows of one environment; data that is missing is described by the error's one line."""
     from collections import Counter
 
-    from seedcli.envs import env_class
+    from seedcli.envs import entry, env_class
 
     cls = env_class(name)
     env = cls(data_root=data_root)
     out: dict[str, Any] = {
         "name": cls.name,
         "title": cls.title,
+        "origin": entry(name).origin,
         "turns": cls.max_steps,
         "history": cls.history,
         "observation_modes": list(cls.observation_modes),

@@ -11,7 +11,8 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from seedcli.envs import ENV_NAMES, env_class
+from seedcli.envs import ENV_NAMES, env_class, env_names
+from seedcli.envs.registry import canonical_name
 from seedcli.errors import UserError
 from seedcli.precision import normalise
 
@@ -52,14 +53,22 @@ GIGPO_FIELDS = ("gigpo_gamma", "step_advantage_w", "gigpo_norm", "gigpo_similari
 
 
 def _env_name(v: Any) -> str:
-    """A registered environment's name (case and spaces ignored), or a ValueError listing them."""
+    """An environment's registry name (case and spaces ignored) or `module:Class` path, checked where it is read: an
+    unknown name is a ValueError listing the names, a plug-in that does not load is its one line."""
 
-    if str(v).strip().lower() not in ENV_NAMES:
+    name = canonical_name(v)
+    names = env_names()
+    if ":" not in name and name not in names:
         raise ValueError(
-            f"unknown environment {v!r}{nearest(str(v).strip().lower(), ENV_NAMES)} (use one of "
-            f"{', '.join(ENV_NAMES)}; `seed envs` lists them)"
+            f"unknown environment {v!r}{nearest(name, names)} (use one of {', '.join(names)}, or "
+            "`package.module:Class` for a class of your own; `seed envs` lists them)"
         )
-    return str(v).strip().lower()
+    if name not in ENV_NAMES:  # a plug-in or adapter that does not import or lacks the protocol: say so now
+        try:
+            env_class(name)
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
+    return name
 
 
 # marks a field whose default is the environment's (`_env_defaults`): the CLI's help says so instead of one number

@@ -4,41 +4,32 @@
     env = get_env("alfworld", data_root=None)       # cheap: data is read lazily
     tasks = env.select_tasks(env.list_tasks("train"), n=180, seed=0)
 
-Nothing outside `seedcli/envs/` imports an environment's own module; nothing here imports torch. Every environment's
-package has the same files (env, game and/or data, episode, prompt, projection, reward, rules, expert; see
-`seedcli.envs.base`), and its report copy is its `card` (`seedcli.envs.card.EnvCard`).
+Names resolve through one registry (`seedcli.envs.registry`): seedcli's own environments (`ENV_NAMES`), the adapters
+of the ecosystem's libraries (textarena, openenv, reasoning_gym; each behind its extra), installed packages' entry
+points (group `seedcli.envs`) and `package.module:Class` paths; `env_names()` lists the named ones. An environment of
+your own is a `TextEnv` subclass (`seedcli.envs.text`, docs/environments.md).
+
+Nothing outside `seedcli/envs/` imports an environment's own module; nothing here imports torch. Every built-in
+environment's package has the same files (env, game and/or data, episode, prompt, projection, reward, rules, expert;
+see `seedcli.envs.base`), and its report copy is its `card` (`seedcli.envs.card.EnvCard`).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Any
 
 from seedcli.envs.base import EnvGame, Environment, StepResult, Task
+from seedcli.envs.registry import BUILTIN, EnvEntry, entries, entry, env_class, env_names
+from seedcli.envs.text import Observation, TextEnv
 from seedcli.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-# name -> "module:class"; modules are imported on first use.
-_REGISTRY: dict[str, str] = {
-    "alfworld": "seedcli.envs.alfworld.env:AlfWorldEnv",
-    "webshop": "seedcli.envs.webshop.env:WebShopEnv",
-    "search": "seedcli.envs.search.env:SearchEnv",
-    "sokoban": "seedcli.envs.sokoban.env:SokobanEnv",
-    "ezpoints": "seedcli.envs.ezpoints.env:EZPointsEnv",
-}
-ENV_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+# seedcli's own environments (the ones with data of their own, whose text the tiny tokenizer learns); every name
+# `--env` takes, adapters and plug-ins included, is `env_names()`
+ENV_NAMES: tuple[str, ...] = tuple(BUILTIN)
 DEFAULT_ENV = "alfworld"
-
-
-def env_class(name: str) -> type[Environment]:
-    """The Environment subclass registered as `name`; an unknown name is a one-line UserError."""
-    target = _REGISTRY.get(str(name).strip().lower())
-    if target is None:
-        raise UserError(f"unknown environment {name!r}: use one of {', '.join(ENV_NAMES)}")
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)
 
 
 def get_env(name: str, **options: Any) -> Environment:
@@ -74,11 +65,17 @@ def tokenizer_texts() -> list[str]:
 __all__ = [
     "DEFAULT_ENV",
     "ENV_NAMES",
+    "EnvEntry",
     "EnvGame",
     "Environment",
+    "Observation",
     "StepResult",
     "Task",
+    "TextEnv",
+    "entries",
+    "entry",
     "env_class",
+    "env_names",
     "get_env",
     "sample_texts",
     "template_texts",

@@ -147,6 +147,8 @@ class EnvPool:
         if workers < 0:
             raise UserError(f"env workers must be >= 0, got {workers}")
         if expert not in env.expert_modes:
+            if env.expert_modes == (False,):
+                raise UserError(f"{env.title} has no expert; play it with the model or the random policy")
             raise ValueError(f"{env.name}: expert must be one of {env.expert_modes}, got {expert!r}")
         self.env = env
         self.workers = workers

@@ -97,10 +97,11 @@ def resolve_plan(cfg: RLConfig) -> Plan:
         return Plan("none", None, 0.0, cfg.opd_beta)
     beta = 0.0 if cfg.algo == "opsd" else cfg.opd_beta
     if spec.startswith("static:"):
-        return Plan("static", load_skill_library(spec.split(":", 1)[1], skill_categories(cfg.env)), cfg.opd_coef, beta)
+        library = load_skill_library(spec.split(":", 1)[1], skill_categories(cfg.env, cfg.env_options))
+        return Plan("static", library, cfg.opd_coef, beta)
     if spec == "self":
         if cfg.algo == "sdar":  # SDAR distils from a fixed skill library, never from the live analyzer
-            library = load_skill_library(default_library_path(cfg.env), skill_categories(cfg.env))
+            library = load_skill_library(default_library_path(cfg.env), skill_categories(cfg.env, cfg.env_options))
             return Plan("static", library, cfg.opd_coef, beta)
         return Plan("self", None, cfg.opd_coef, beta)
     if spec == "none":
@@ -118,10 +119,11 @@ def resolve_plan(cfg: RLConfig) -> Plan:
     raise UserError(f"--analyzer {spec!r}: use self | rules | oracle | static:FILE | none")
 
 
-def skill_categories(env_name: str) -> SkillCategories:
-    """What a static skill library needs of the environment's categories (the library never sees the environment)."""
+def skill_categories(env_name: str, env_options: dict | None = None) -> SkillCategories:
+    """What a static skill library needs of the environment's categories (the library never sees the environment);
+    the options count where they choose the categories (TextArena's games, reasoning-gym's datasets)."""
 
-    env = get_env(env_name)
+    env = get_env(env_name, **(env_options or {}))
     return SkillCategories(env.canonical_category, tuple(env.categories), env.card.category_label, env.title)
 
 

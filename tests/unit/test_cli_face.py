@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from seedcli.artifacts import open_run, read_manifest, run_state
 from seedcli.cli import app, check_from_env
 from seedcli.config import CollectConfig, EvalConfig, RLConfig, SFTConfig
-from seedcli.envs import ENV_NAMES, env_class
+from seedcli.envs import ENV_NAMES, env_class, env_names
 from seedcli.errors import UserError
 
 runner = CliRunner()
@@ -55,7 +55,8 @@ def test_envs_lists_every_environment_with_counts(monkeypatch) -> None:
     out = _invoke("envs", "--json")
     assert out.exit_code == 0, out.output
     described = {d["name"]: d for d in json.loads(out.output)}
-    assert list(described) == list(ENV_NAMES)
+    assert list(described)[: len(ENV_NAMES)] == list(ENV_NAMES) and list(described) == list(env_names())
+    assert {d["origin"] for n, d in described.items() if n in ENV_NAMES} == {"built in"}
     alf = described["alfworld"]
     if alf["data_root"] is None:
         pytest.skip(alf["data_missing"])
@@ -80,9 +81,11 @@ def test_envs_with_data_missing_is_one_line_per_missing_thing(tmp_path, monkeypa
         monkeypatch.setenv(var, str(tmp_path / "nowhere"))
     out = _invoke("envs")
     assert out.exit_code == 0, out.output
-    lines = out.output.splitlines()
-    assert sum(line.startswith("  data: missing: ") for line in lines) == len(ENV_NAMES)
-    assert sum(line.startswith("  splits (no data to count): ") for line in lines) == len(ENV_NAMES)
+    blocks = {b.split(" ", 1)[0]: b for b in re.split(r"\n(?=\S)", out.output)}  # one block per environment
+    for name in ENV_NAMES:
+        lines = blocks[name].splitlines()
+        assert sum(line.startswith("  data: missing: ") for line in lines) == 1, name
+        assert sum(line.startswith("  splits (no data to count): ") for line in lines) == 1, name
     assert "ALFWORLD_DATA" in out.output and "Traceback" not in out.output
     assert _invoke("envs", "--data-root", str(tmp_path)).exit_code == 2  # one data root is one environment's
 

@@ -223,7 +223,7 @@ def test_every_environment_package_has_the_same_files():
         "sokoban": "the shortest plan by breadth-first search",
         "ezpoints": "a winning formula by enumeration",
     }
-    packages = sorted(p.name for p in envs_dir.iterdir() if (p / "__init__.py").is_file())
+    packages = sorted(p.name for p in envs_dir.iterdir() if (p / "__init__.py").is_file() and p.name != "adapters")
     assert packages == sorted(ENV_NAMES), "one package per registered environment"
     for name in packages:
         files = {p.name for p in (envs_dir / name).glob("*.py")}
@@ -243,6 +243,25 @@ def test_every_environment_package_has_the_same_files():
         assigned = {getattr(t, "id", None) for n in reward.body if isinstance(n, ast.Assign) for t in n.targets}
         assert {"SUCCESS_REWARD", "INVALID_PENALTY", "ADVANTAGE_NORM"} <= assigned, name
         assert "outcome" in {n.name for n in reward.body if isinstance(n, ast.FunctionDef)}, name
+
+
+def test_each_adapter_is_one_text_environment_in_one_module():
+    # the ecosystem adapters (issue 56): seedcli/envs/adapters/<name>.py each, one TextEnv subclass (and its options),
+    # registered by the name of its module; their libraries are imported lazily (an extra each), never at a file head
+    from seedcli.envs.registry import ADAPTERS
+
+    adapters_dir = SEEDCLI / "envs" / "adapters"
+    modules = sorted(p.stem for p in adapters_dir.glob("*.py") if p.name != "__init__.py")
+    assert modules == sorted(ADAPTERS)
+    for name in modules:
+        assert ADAPTERS[name][0] == f"seedcli.envs.adapters.{name}:{ADAPTERS[name][0].split(':')[1]}"
+        tree = ast.parse((adapters_dir / f"{name}.py").read_text(encoding="utf-8"))
+        classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.endswith("Options")]
+        assert [c.name for c in classes] == [ADAPTERS[name][0].split(":")[1]], name
+        assert [b.id for b in classes[0].bases] == ["TextEnv"], name
+        heads = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+        heads |= {(n.module or "").split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom)}
+        assert not heads & {"textarena", "openenv", "reasoning_gym"}, (name, "imports its library at the head")
 
 
 def test_environment_modules_and_functions_stay_short():

@@ -1,0 +1,179 @@
+"""reasoning-gym's procedural tasks as an environment (`--env reasoning_gym`, `pip install -e '.[reasoning-gym]'`).
+
+A task is one question of a reasoning-gym dataset (`reasoning_gym.create_dataset(name, seed=..., size=...)`): train
+holds items 0..train_size-1, test the items from index 1,000,000 on (an item is generated from the dataset's seed plus
+its index, so the two never share a generator; two items may still ask the same question by chance). Several
+datasets, comma-separated, are categories. The prompt shows reasoning-gym's own "default" system prompt and the
+question; the reply's answer is read as reasoning-gym reads it (`reasoning_gym.utils.extract_answer`, the last
+<answer> </answer>), and the dataset's own `score_answer(answer, entry)` scores it: won at 1.0, the episode's reward
+is that score. With `tries` > 1 a wrong answer gets the scorer's verdict back and another try. The expert answers
+with the item's reference answer; a skill leaks when it holds that answer.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from seedcli.envs.adapters import parse_names, require
+from seedcli.envs.base import EnvOptions, merge_spans
+from seedcli.envs.card import EnvCard
+from seedcli.envs.text import TextEnv
+from seedcli.errors import UserError
+
+PYPI = "reasoning-gym==0.1.25"
+EXTRA = "reasoning-gym"
+TEST_OFFSET = 1_000_000  # the test split's first item index
+TITLE = "reasoning-gym"
+
+
+def _library():
+    return require("reasoning_gym", EXTRA, PYPI, TITLE)
+
+
+class ReasoningGymOptions(EnvOptions):
+    dataset: str = Field(
+        "basic_arithmetic", description="reasoning-gym dataset name(s), comma-separated (each one a category)"
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="the dataset's own config fields (e.g. {min_terms: 2, max_terms: 3})"
+    )
+    tries: int = Field(1, ge=1, le=20, description="answers per question; a wrong one gets the scorer's verdict back")
+    seed: int = Field(0, ge=0, description="the datasets' seed")
+    train_size: int = Field(1000, ge=1, le=TEST_OFFSET, description="questions in the train split, per dataset")
+    test_size: int = Field(100, ge=1, le=TEST_OFFSET, description="questions in the test split, per dataset")
+
+    @field_validator("dataset")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        names = parse_names(value, "dataset")
+        known = _library().factory.DATASETS
+        for name in names:
+            if name not in known:
+                close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+                hint = f"did you mean {' or '.join(close)}? " if close else ""
+                raise ValueError(
+                    f"reasoning-gym has no dataset {name!r}; {hint}(it has {len(known)}: {', '.join(sorted(known)[:6])}, ...; reasoning_gym.factory.DATASETS lists them)"
+                )
+        return ",".join(names)
+
+    @field_validator("config")
+    @classmethod
+    def _config_fits(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        clash = sorted({"seed", "size"} & set(value))
+        if clash:
+            raise ValueError(f"{', '.join(clash)} come from the seed, train_size and test_size options, not config")
+        # the dataset's own config class and its validate() judge the config, before anything plays
+        for name in str(info.data.get("dataset") or "").split(","):
+            if name:
+                _dataset(name, json.dumps(value, sort_keys=True), 0, 1, error=ValueError)
+        return value
+
+
+@cache
+def _dataset(name: str, config_json: str, seed: int, size: int, error: type[Exception] = UserError):
+    """One reasoning-gym dataset (cached per process: items are generated on demand); a config the dataset refuses
+    is one line (`error`)."""
+    config = json.loads(config_json)
+    try:
+        return _library().create_dataset(name, seed=seed, size=size, **config)
+    except (TypeError, ValueError, AssertionError) as exc:
+        why = " ".join(str(exc).split()).replace(f"{type(exc).__name__}: ", "")
+        raise error(f"reasoning-gym's {name} refuses config {config} ({type(exc).__name__}: {why})") from None
+
+
+class ReasoningGymEnv(TextEnv):
+    """reasoning-gym (see the module docstring)."""
+
+    title = TITLE
+    prompt_version = "reasoning-gym-v1"
+    action_tag = "answer"
+    max_steps = 20  # the most `tries`: an episode ends when the question is answered right or the tries run out
+    history = 4
+    rules_version = "reasoning-gym-rules-v1"
+    options_model = ReasoningGymOptions
+    card = EnvCard(
+        metric_labels={"micro_success": "success", "mean_score": "score"},
+        task_noun="question",
+        category_label="dataset",
+        offline_note="Questions are generated by reasoning-gym from seeds; the dataset's score_answer scores them.",
+    )
+
+    def __init__(self, data_root: str | None = None, **options: Any):
+        super().__init__(data_root, **options)
+        self.opts = ReasoningGymOptions(**self.options)
+        self.entry: dict | None = None
+        self.data = None
+        self.left = 0
+        self.last_score = 0.0
+
+    @property
+    def instructions(self) -> str:  # reasoning-gym's own "default" system prompt
+        return _library().utils.SYSTEM_PROMPTS["default"]
+
+    def resolve_data_root(self) -> Path:
+        """reasoning-gym's own folder: the questions are its generators' (a `data_root` given is kept)."""
+        library = _library()
+        return super().resolve_data_root() if self.data_root else Path(library.__file__).resolve().parent
+
+    def _data(self, name: str):
+        size = TEST_OFFSET + self.opts.test_size
+        return _dataset(name, json.dumps(self.opts.config, sort_keys=True), self.opts.seed, size)
+
+    def tasks(self, split: str) -> list[dict]:
+        start, n = (TEST_OFFSET, self.opts.test_size) if split == "test" else (0, self.opts.train_size)
+        names = self.opts.dataset.split(",")
+        return [{"id": f"{d}/{i}", "category": d, "index": i} for i in range(start, start + n) for d in names]
+
+    def _entry(self, task: dict) -> tuple[Any, dict]:
+        data = self._data(task["category"])
+        return data, data[task["index"]]
+
+    def task_text(self, task: dict) -> str:
+        return str(self._entry(task)[1]["question"])
+
+    def reset(self, task: dict) -> str:
+        self.data, self.entry = self._entry(task)
+        self.left, self.last_score = self.opts.tries, 0.0
+        tries = "one answer" if self.left == 1 else f"{self.left} tries"
+        return f"Answer the question above ({tries})."
+
+    def step(self, action: str) -> tuple[str, float, bool]:
+        score = float(self.data.score_answer(action or None, self.entry))
+        self.left -= 1
+        self.last_score = score
+        if score >= 1.0 or self.left <= 0:
+            return f"Your answer scored {score:g} of 1.", score, True
+        return (
+            f"Your answer {action!r} scored {score:g} of 1 by the task's scorer: not correct. Try again "
+            f"({self.left} {'try' if self.left == 1 else 'tries'} left).",
+            0.0,
+            False,
+        )
+
+    def is_won(self, episode_return: float, done: bool) -> bool:
+        return bool(done and self.last_score >= 1.0)
+
+    def expert(self) -> str | None:
+        answer = (self.entry or {}).get("answer")
+        return None if answer is None else str(answer)
+
+    def parse_action(self, response: str) -> tuple[str, bool]:
+        """reasoning-gym's `extract_answer`: the last <answer> </answer>; none is an invalid reply (scored as None)."""
+        answer = _library().utils.extract_answer(response)
+        return ("", False) if answer is None else (answer, True)
+
+    def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
+        """Where the skill writes this question's reference answer (as a whole word or number)."""
+        name, _, index = trajectory.task_id.partition("/")
+        answer = str(self._data(name)[int(index)].get("answer") or "").strip()
+        if not answer:
+            return []
+        pattern = rf"(?<![\w.]){re.escape(answer)}(?![\w]|\.\d)"
+        return merge_spans(m.span() for m in re.finditer(pattern, skill, re.IGNORECASE))
