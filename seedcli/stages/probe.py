@@ -38,6 +38,7 @@ from seedcli.config.probe import ProbeConfig
 from seedcli.envs.base import Environment
 from seedcli.errors import UserError
 from seedcli.precision import compute_dtype
+from seedcli.progress import StageProgress
 from seedcli.records import SkillRecord, Trajectory, iter_jsonl, write_jsonl
 from seedcli.report.probe import CONTEXTS, TurnScores, paired_gap, plot, summarise, table
 from seedcli.rl.analyse import other_skills
@@ -59,6 +60,7 @@ NULL_TEXT = (
     "and answer in the format asked for."
 )
 EPISODE_FILES = {"collect": "trajectories.jsonl", "eval": "episodes.jsonl"}
+SCORE_CHUNK = 128  # replies scored per call (the progress line moves between calls)
 
 
 def null_skill(length: int) -> str:
@@ -186,7 +188,8 @@ def _scorer(model_dir: Path, cfg: ProbeConfig):
                           cfg.device if cfg.device != "auto" else "cpu")  # fmt: skip
     lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device).eval()
     compute = compute_dtype(cfg.dtype, device)
-    return Scorer(lm, compute_dtype=compute if compute == torch.bfloat16 else None), device
+    # the rows of a micro-batch that begin alike (one game's turns, its contexts) run their common prefix once, as in rl
+    return Scorer(lm, compute_dtype=compute if compute == torch.bfloat16 else None, share_prefix=True), device
 
 
 def run(cfg: ProbeConfig) -> Manifest:
@@ -212,10 +215,15 @@ def run(cfg: ProbeConfig) -> Manifest:
             engine.close()
         scorer, device = _scorer(model_dir, cfg)
         pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
-        for ctx, items in pairs.items():
-            logps = score_all(scorer, [p for _, p in items], cfg.micro_batch_tokens, pad, device)
-            for (turn, _), lp in zip(items, logps, strict=True):
-                turn.logp[ctx] = lp
+        with StageProgress("probe scoring", sum(map(len, pairs.values()))) as progress:
+            for ctx, items in pairs.items():
+                for i in range(0, len(items), SCORE_CHUNK):  # in chunks, so that progress shows on long runs
+                    chunk = items[i : i + SCORE_CHUNK]
+                    contexts = [p for _, p in chunk]
+                    logps = score_responses(scorer, contexts, max_tokens=cfg.micro_batch_tokens, pad_id=pad, device=device)
+                    for (turn, _), lp in zip(chunk, logps, strict=True):
+                        turn.logp[ctx] = lp
+                    progress.advance(len(chunk), context=ctx)
         result = {
             "episodes": len(episodes),
             "won": sum(ep.won for ep in episodes),
@@ -258,11 +266,6 @@ def _contexts(engine, env: Environment, episodes, skills: dict, advantages: list
                 if skill:
                     pairs[ctx].append((ts, (render(env.insert_skill(turn.prompt, skill)), response)))
     return turns, pairs
-
-
-def score_all(scorer, contexts, max_tokens: int, pad_id: int, device) -> list[torch.Tensor]:
-    """ℓ of every response token of (prompt ids, response ids) pairs (rl/logprobs.py's packing and kernel)."""
-    return score_responses(scorer, contexts, max_tokens=max_tokens, pad_id=pad_id, device=device)
 
 
 def _headline(result: dict) -> dict[str, Any]:
