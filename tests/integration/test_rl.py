@@ -237,8 +237,8 @@ def test_kill_and_resume_continue_exactly(model, seed_run, tmp_path):
     assert manifest["status"] == "complete" and manifest["resumed"] == 1
     assert manifest["metrics"]["resumed_from_step"] >= 1
     # the resumed run computes exactly what the uninterrupted two-update run computed. The weight-sync probe's
-    # calibration is the float noise between the engine's and the trainer's scoring, re-measured after the resume on
-    # an engine loaded from the checkpoint: equal to the bit on an AVX-512 CPU, within 2e-7 on an AVX2 one
+    # calibration travels in the checkpoint; its per-update differences come from an engine loaded from the
+    # checkpoint: equal to the bit on an AVX-512 CPU, within 2e-7 on an AVX2 one (test_rl_resume_exact.py: all exact)
     for resumed, reference in zip(records[:2], metrics(seed_run), strict=False):
         probe = {k for k in reference if k.startswith("sync/probe_")}
         assert {k: v for k, v in stable(resumed).items() if k not in probe} == {
