@@ -156,6 +156,15 @@ def test_no_cycle_between_parts_of_the_package_even_through_lazy_imports():
     assert _cycles(graph) == []
 
 
+def test_no_import_circle_inside_the_environments():
+    # inside seedcli/envs/ no two files import each other, even lazily or for type hints only: an environment makes
+    # its episode slots and hands each what it reads (an episode never imports its env.py back), and within a
+    # package the data sits below the game and the reward that read it
+    graph = {m: {t for t in imports(m) if _under(t, "seedcli.envs")} for m in modules() if _under(m, "seedcli.envs")}
+    assert len(graph) > 40 and any(m.endswith(".episode") for m in graph)  # the walk found the packages
+    assert _cycles(graph) == []
+
+
 def test_rl_modules_and_functions_stay_small():
     # one room per idea in rl/ (issue 28): no module of rl/ over 600 lines, no function of rl/ or of the rl stage
     # over 100 (def to end, decorators not counted)
@@ -296,17 +305,13 @@ def test_no_module_of_the_package_over_600_lines_or_function_over_100():
 
 
 # The function-local seedcli imports left below the CLI (the entry point, which imports every stage lazily), each
-# for a reason: a package __init__ that picks a submodule which imports the package back; webshop's data, game
-# and reward, which set each other's state at load time; BM25 (numpy) and torchrun's launcher (torch), kept out of
-# modules that must import light (the search env, the sft stage).
+# for a reason: a package __init__ that picks a submodule which imports the package back; BM25 (numpy) and
+# torchrun's launcher (torch), kept out of modules that must import light (the search env, the sft stage).
 LAZY_SEEDCLI_IMPORTS = {
     ("seedcli.analyzers", "seedcli.analyzers.http"),
     ("seedcli.analyzers", "seedcli.analyzers.policy"),
     ("seedcli.analyzers", "seedcli.analyzers.rules"),
     ("seedcli.envs.search.retriever", "seedcli.envs.lucene"),
-    ("seedcli.envs.webshop.data", "seedcli.envs.webshop.game"),
-    ("seedcli.envs.webshop.data", "seedcli.envs.webshop.reward"),
-    ("seedcli.envs.webshop.reward", "seedcli.envs.webshop.data"),
     ("seedcli.stages.sft_train", "seedcli.rl.distributed"),
 }
 

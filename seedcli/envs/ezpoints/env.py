@@ -118,7 +118,7 @@ class EZPointsEnv(Environment):
         return list(out.values())
 
     def new_game(self, expert: bool | str = False) -> EZPointsGame:
-        return EZPointsGame(self, bool(expert))
+        return EZPointsGame(self.data_root, image=self.observation == "image", expert=bool(expert))
 
     def render_prompt(
         self,

@@ -1,9 +1,10 @@
 """One EZPoints episode slot: `EZPointsGame` (the EnvGame of `env.EZPointsEnv.new_game`) plays a game with gym-cards'
-steps (`game.EZPoints`); an expert game adds the next character of a winning formula (`expert.solve`)."""
+steps (`game.EZPoints`); an expert game adds the next character of a winning formula (`expert.solve`). The environment
+hands each slot what it reads (the data root, text or image observations): a slot never imports its environment."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from seedcli.envs.base import StepResult, Task, encode_png
 from seedcli.envs.ezpoints.expert import solve
@@ -11,21 +12,19 @@ from seedcli.envs.ezpoints.game import ACTION_NAMES, NO_OP, EZPoints
 from seedcli.envs.ezpoints.prompt import cards_text
 from seedcli.envs.ezpoints.reward import outcome
 
-if TYPE_CHECKING:  # the environment makes its slots; a slot only reads its options
-    from seedcli.envs.ezpoints.env import EZPointsEnv
-
 
 class EZPointsGame:
     """One episode slot: a game, gym-cards' steps, and (expert games) the next character of a winning formula."""
 
-    def __init__(self, env: EZPointsEnv, expert: bool = False):
-        self.env = env
+    def __init__(self, data_root: str | Path | None = None, image: bool = False, expert: bool = False):
+        self.data_root = data_root  # the card images (image observations only)
+        self.image = image
         self.expert = expert
         self.game: EZPoints | None = None
         self.total = 0.0
 
     def reset(self, task: Task) -> StepResult:
-        self.game = EZPoints(int(task.task_id), data_root=self.env.data_root)
+        self.game = EZPoints(int(task.task_id), data_root=self.data_root)
         self.total = 0.0
         return self._result(0.0, done=False, info={"truncated": False})
 
@@ -55,7 +54,7 @@ class EZPointsGame:
             reward=reward,  # gym-cards' step reward: logged, not trained on (reward.py)
             score=score,
             info={**info, "cards": list(game.cards), "return": round(self.total, 4)},
-            image=encode_png(game.image()) if self.env.observation == "image" else None,
+            image=encode_png(game.image()) if self.image else None,
         )
 
     def close(self) -> None:

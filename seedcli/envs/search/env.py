@@ -186,7 +186,7 @@ class SearchEnv(Environment):
     def new_game(self, expert: bool | str = False) -> SearchGame:
         if expert not in self.expert_modes:
             raise UserError(f"unknown expert mode {expert!r} for search; use one of {self.expert_modes}")
-        return SearchGame(self, bool(expert))
+        return SearchGame(self.question, self.retriever, self.options.get("topk", TOPK), expert=bool(expert))
 
     # -- prompt and actions ---------------------------------------------------------------------------------------
 

@@ -1,35 +1,42 @@
 """One search episode slot: `SearchGame` (the EnvGame of `env.SearchEnv.new_game`) plays one question: a search
 returns the top passages inside `<information>`, an answer ends the episode with its exact match (`reward.py`); an
-expert game adds the expert's next action (`expert.py`)."""
+expert game adds the expert's next action (`expert.py`). The environment hands each slot what it reads (how a task
+becomes its question, the retriever, how many passages a search returns): a slot never imports its environment."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from seedcli.envs.base import StepResult, Task
 from seedcli.envs.search.data import Question
 from seedcli.envs.search.expert import answer_action, first_action
 from seedcli.envs.search.projection import parse_reply
 from seedcli.envs.search.prompt import information_text, passages_to_string
-from seedcli.envs.search.retriever import TOPK
+from seedcli.envs.search.retriever import TOPK, Retriever
 from seedcli.envs.search.reward import answer_in_text, exact_match, outcome
-
-if TYPE_CHECKING:  # the environment makes its slots; a slot reads its questions and its retriever
-    from seedcli.envs.search.env import SearchEnv
 
 
 class SearchGame:
     """One episode slot: a question, its searches and the answer. `expert` adds the expert's next action."""
 
-    def __init__(self, env: SearchEnv, expert: bool = False):
-        self.env = env
+    def __init__(
+        self,
+        question: Callable[[Task], Question],
+        retriever: Callable[[], Retriever],
+        topk: int = TOPK,
+        expert: bool = False,
+    ):
+        self.question = question  # the question behind a task
+        self.retriever = retriever  # this process's retriever (built on first use)
+        self.topk = topk
         self.expert = expert
         self.q: Question | None = None
         self.last: StepResult | None = None
         self.searches = 0
 
     def reset(self, task: Task) -> StepResult:
-        self.q = self.env.question(task)
+        self.q = self.question(task)
         self.searches = 0
         self.last = StepResult(
             observation=self.q.question,
@@ -57,7 +64,7 @@ class SearchGame:
             self.last = StepResult("", None, won, True, q.question, None, em, score, info)
             return self.last
         if parsed.kind == "search":
-            hits = self.env.retriever().search([parsed.content], self.env.options.get("topk", TOPK))[0]
+            hits = self.retriever().search([parsed.content], self.topk)[0]
             self.searches += 1
             passages = passages_to_string(hits)
             found = answer_in_text(list(q.golden_answers), passages)

@@ -123,7 +123,8 @@ class SokobanEnv(Environment):
         return list(out.values())
 
     def new_game(self, expert: bool | str = False) -> SokobanGame:
-        return SokobanGame(self, bool(expert))
+        image = self.observation == "image"
+        return SokobanGame(self.room, self.max_steps, self.data_root, image=image, expert=bool(expert))
 
     def render_prompt(
         self,

@@ -1,19 +1,19 @@
 """One Sokoban episode slot: `SokobanGame` (the EnvGame of `env.SokobanEnv.new_game`) plays a room with gym-sokoban's
-moves (`game.Sokoban`); an expert game adds the shortest plan's next move (`expert.solve`)."""
+moves (`game.Sokoban`); an expert game adds the shortest plan's next move (`expert.solve`). The environment hands each
+slot what it reads (the room's shape, the step limit, the data root, text or image observations): a slot never
+imports its environment."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
 from seedcli.envs.base import StepResult, Task, encode_png
 from seedcli.envs.sokoban.expert import solve
-from seedcli.envs.sokoban.game import ACTION_NAMES, Sokoban
+from seedcli.envs.sokoban.game import ACTION_NAMES, Sokoban, resolve_data_root
 from seedcli.envs.sokoban.projection import MOVES
 from seedcli.envs.sokoban.prompt import TASK
 from seedcli.envs.sokoban.reward import outcome
-
-if TYPE_CHECKING:  # the environment makes its slots; a slot only reads its options
-    from seedcli.envs.sokoban.env import SokobanEnv
 
 _ACTION_IDS = {name: i for i, name in ACTION_NAMES.items()}
 
@@ -21,15 +21,25 @@ _ACTION_IDS = {name: i for i, name in ACTION_NAMES.items()}
 class SokobanGame:
     """One episode slot: a room, gym-sokoban's steps, and (expert games) the shortest plan's next move."""
 
-    def __init__(self, env: SokobanEnv, expert: bool = False):
-        self.env = env
+    def __init__(
+        self,
+        room: dict[str, Any],
+        max_steps: int,
+        data_root: str | Path | None = None,
+        image: bool = False,
+        expert: bool = False,
+    ):
+        self.room = room  # gym-sokoban's dim, num_boxes, search_depth
+        self.max_steps = max_steps
+        self.data_root = data_root  # the tiles (image observations only; resolved when a room is made)
+        self.image = image
         self.expert = expert
         self.game: Sokoban | None = None
         self.total = 0.0
 
     def reset(self, task: Task) -> StepResult:
-        data_root = self.env.resolve_data_root() if self.env.observation == "image" else self.env.data_root
-        self.game = Sokoban(int(task.task_id), max_steps=self.env.max_steps, data_root=data_root, **self.env.room)
+        data_root = resolve_data_root(self.data_root) if self.image else self.data_root
+        self.game = Sokoban(int(task.task_id), max_steps=self.max_steps, data_root=data_root, **self.room)
         self.total = 0.0
         return self._result(0.0, done=False, info={})
 
@@ -59,7 +69,7 @@ class SokobanGame:
             reward=reward,  # gym-sokoban's step reward: logged, not trained on (reward.py)
             score=score,
             info={**info, "return": round(self.total, 4)},
-            image=encode_png(game.image()) if self.env.observation == "image" else None,
+            image=encode_png(game.image()) if self.image else None,
         )
 
     def close(self) -> None:

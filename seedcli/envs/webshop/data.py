@@ -25,14 +25,15 @@ import random
 import re
 import sys
 import threading
-from collections import defaultdict
-from collections.abc import Iterator
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from seedcli.envs.base import find_data_root
+from seedcli.envs.lucene import BM25Index
 from seedcli.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ TEST_GOALS = 500  # verl-agent and SEED: test = goals 0-499, train = goals 500 o
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
 CATEGORIES = ("beauty", "electronics", "fashion", "garden", "grocery")  # the goals' product categories
 TASK_ID_RE = re.compile(r"^goal-(\d+)$")  # `task_id`'s form
+SEARCH_RETURN_N = 50  # WebShop's search page draws from its top 50 products
 _SCRAPE_KEYS = (
     "product_information",
     "brand",
@@ -403,6 +405,29 @@ def search_document(product: dict[str, Any]) -> str:
     return " ".join([product["Title"], product["Description"], product["BulletPoints"][0], option_text]).lower()
 
 
+class SearchEngine:
+    """BM25 (Lucene's English analyzer, k1 0.9, b 0.4) over WebShop's product documents, ranked as pyserini does."""
+
+    def __init__(self, products: Sequence[dict[str, Any]], cache_size: int = 4096):
+        self.asins = [p["asin"] for p in products]
+        self.index = BM25Index.build([search_document(p) for p in products], ids=self.asins)
+        self._cache: OrderedDict[str, list[str]] = OrderedDict()
+        self._cache_size = cache_size
+
+    def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
+        """ASINs of the top `k` products for `query`, best first."""
+        key = f"{k}\t{query}"
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = [self.asins[d] for d, _ in self.index.search(query, k)]
+            self._cache[key] = hit
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return list(hit)
+
+
 @dataclass
 class Shop:
     """Everything one process needs to serve WebShop: products, prices, shuffled goals, title nouns, search."""
@@ -421,8 +446,6 @@ class Shop:
     def engine(self):
         """The BM25 search engine over the products (built on first use, about a second for 1,000 products)."""
         if self._engine is None:
-            from seedcli.envs.webshop.game import SearchEngine  # game.py reads this module: import it here
-
             self._engine = SearchEngine(self.products)
         return self._engine
 
@@ -485,9 +508,6 @@ def load_shop(root: str | os.PathLike | None = None, seed: int = 0) -> Shop:
             random.Random(seed).shuffle(goals)
             nouns = read_title_nouns(path)
             _check_nouns(products, nouns, data_folder(path) / NOUNS_FILE)
-            from seedcli.envs.webshop.reward import set_title_nouns  # reward.py reads this module: import it here
-
-            set_title_nouns(nouns)
             attribute_to_asins: dict[str, set[str]] = defaultdict(set)
             for p in products:
                 for a in p["Attributes"]:

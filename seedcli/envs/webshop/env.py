@@ -111,7 +111,7 @@ class WebShopEnv(Environment):
         return int(m.group(1))
 
     def new_game(self, expert: bool | str = False) -> WebShopGame:
-        return WebShopGame(self, expert)
+        return WebShopGame(self.shop(), self.goal_index, self.goal_seed, expert=expert)
 
     # -- prompt and actions -------------------------------------------------------------------------------------
 

@@ -1,27 +1,29 @@
 """One WebShop episode slot: `WebShopGame` (the EnvGame of `env.WebShopEnv.new_game`) plays one goal in a
-`game.WebShopSession`; an expert game adds the expert's next action (`expert.expert_action`)."""
+`game.WebShopSession`; an expert game adds the expert's next action (`expert.expert_action`). The environment hands
+each slot what it reads (the shop, how a task becomes its goal index, the goal seed): a slot never imports its
+environment."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from seedcli.envs.base import StepResult, Task
+from seedcli.envs.webshop.data import Shop
 from seedcli.envs.webshop.expert import admissible_actions, expert_action
 from seedcli.envs.webshop.game import WebShopSession
 from seedcli.envs.webshop.prompt import format_observation
 from seedcli.envs.webshop.reward import outcome
 
-if TYPE_CHECKING:  # the environment makes its slots; a slot reads its shop and goals
-    from seedcli.envs.webshop.env import WebShopEnv
-
 
 class WebShopGame:
     """One episode slot: a WebShop session on one goal; `expert` adds the expert's next action."""
 
-    def __init__(self, env: WebShopEnv, expert: bool | str = False):
-        self.env = env
+    def __init__(self, shop: Shop, goal_index: Callable[[Task], int], goal_seed: int = 0, expert: bool | str = False):
+        self.shop = shop
+        self.goal_index = goal_index  # the goal a task names (an unknown one is a one-line UserError)
         self.expert = bool(expert)
-        self.session = WebShopSession(env.shop(), seed=env.goal_seed)
+        self.session = WebShopSession(shop, seed=goal_seed)
         self.task_text = ""
 
     def _result(self, raw: str, reward: float, done: bool) -> StepResult:
@@ -34,7 +36,7 @@ class WebShopGame:
                 goal_asin=s.goal["asin"],
                 goal_options=dict(s.goal["goal_options"]),
                 price_upper=s.goal["price_upper"],
-                price=self.env.shop().prices.get(s.asin or ""),
+                price=self.shop.prices.get(s.asin or ""),
                 reward_info=dict(s.reward_info),
             )
         won, score = outcome(s.reward, done)
@@ -51,7 +53,7 @@ class WebShopGame:
         )
 
     def reset(self, task: Task) -> StepResult:
-        index = self.env.goal_index(task)
+        index = self.goal_index(task)
         raw = self.session.reset(index)
         # verl-agent reads the task back from the page, where it is stripped
         self.task_text = self.session.instruction_text.strip()

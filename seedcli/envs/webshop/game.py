@@ -1,4 +1,4 @@
-"""WebShop's search engine and text environment (web_agent_site/envs/web_agent_text_env.py), without a browser.
+"""WebShop's text environment (web_agent_site/envs/web_agent_text_env.py), without a browser.
 
     session = WebShopSession(load_shop())
     obs = session.reset(goal_index=0)     # "WebShop [SEP] Instruction: [SEP] i need ... [SEP] Search"
@@ -15,15 +15,11 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections import OrderedDict
-from collections.abc import Sequence
 from typing import Any
 
-from seedcli.envs.lucene import BM25Index
-from seedcli.envs.webshop.data import Shop, search_document
+from seedcli.envs.webshop.data import SEARCH_RETURN_N, Shop
 from seedcli.envs.webshop.reward import get_reward
 
-SEARCH_RETURN_N = 50
 PRODUCT_WINDOW = 10
 END_BUTTON = "Buy Now"
 NEXT_PAGE = "Next >"
@@ -32,29 +28,6 @@ BACK_TO_SEARCH = "Back to Search"
 SUB_PAGES = ("Description", "Features", "Reviews", "Attributes")
 SEP = " [SEP] "
 _ACTION_RE = re.compile(r"(.+)\[(.+)\]")
-
-
-class SearchEngine:
-    """BM25 (Lucene's English analyzer, k1 0.9, b 0.4) over WebShop's product documents, ranked as pyserini does."""
-
-    def __init__(self, products: Sequence[dict[str, Any]], cache_size: int = 4096):
-        self.asins = [p["asin"] for p in products]
-        self.index = BM25Index.build([search_document(p) for p in products], ids=self.asins)
-        self._cache: OrderedDict[str, list[str]] = OrderedDict()
-        self._cache_size = cache_size
-
-    def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
-        """ASINs of the top `k` products for `query`, best first."""
-        key = f"{k}\t{query}"
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = [self.asins[d] for d, _ in self.index.search(query, k)]
-            self._cache[key] = hit
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(key)
-        return list(hit)
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
@@ -272,7 +245,9 @@ class WebShopSession:
         if name == END_BUTTON.lower():
             product = self._product()
             price = self.shop.prices.get(product["asin"])
-            self.reward, self.reward_info = get_reward(product, self.goal, price=price, options=self.options)
+            self.reward, self.reward_info = get_reward(
+                product, self.goal, price=price, options=self.options, nouns=self.shop.nouns
+            )
             self.page_kind = "done"
             self.done = True
             return self.reward

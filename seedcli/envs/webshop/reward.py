@@ -16,8 +16,8 @@ Quirks kept on purpose, because every published WebShop number has them:
 - an attribute not matched by fuzzy matching still counts when it occurs as a substring of the title, the bullet
   points or the description;
 - the type reward reads the nouns spaCy finds in the product names (`title_nouns.json` holds them for every product;
-  the data root's file is read on first use, so `get_reward` works on its own; `load_title_nouns(root)` names
-  another data root).
+  a session hands its shop's nouns to `get_reward`; without them the data root's file is read on first use, so
+  `get_reward` works on its own, and `load_title_nouns(root)` names another data root).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 from thefuzz import fuzz
 
 from seedcli.envs.base import merge_spans
+from seedcli.envs.webshop.data import read_title_nouns, resolve_data_root
 from seedcli.errors import UserError
 
 SUCCESS_REWARD = 10.0  # episode reward = SUCCESS_REWARD · won
@@ -156,8 +157,6 @@ def load_title_nouns(root: str | os.PathLike | None = None) -> Path | None:
     """Register the title_nouns.json of a WebShop data root, found as the environment finds it (`root`, else
     $WEBSHOP_DATA, else ../shared/webshop); names registered earlier keep their nouns. Returns the data root, or None
     when `root` is None and there is no data root (names then come from `set_title_nouns` or spaCy)."""
-    from seedcli.envs.webshop.data import read_title_nouns, resolve_data_root
-
     try:
         found = resolve_data_root(root)
     except UserError:
@@ -171,9 +170,11 @@ def load_title_nouns(root: str | os.PathLike | None = None) -> Path | None:
     return found
 
 
-def title_nouns(name: str) -> list[str]:
-    """Lower-cased NOUN/PROPN tokens of a product name: from title_nouns.json (registered by the environment, else
-    read from the data root on first use), else from spaCy if installed."""
+def title_nouns(name: str, known: Mapping[str, list[str]] | None = None) -> list[str]:
+    """Lower-cased NOUN/PROPN tokens of a product name: from `known` (the shop's title_nouns.json), else from those
+    registered (`set_title_nouns`, or the data root's file read on first use), else from spaCy if installed."""
+    if known is not None and name in known:
+        return known[name]
     nouns = _NOUNS.get(name)
     if nouns is None and not _DEFAULT_NOUNS:
         load_title_nouns()  # first use: so that get_reward works on its own, without the environment
@@ -206,16 +207,18 @@ def normalize_color(color_string: Any) -> Any:
     return color_string
 
 
-def get_type_reward(purchased_product: Mapping[str, Any], goal: Mapping[str, Any]) -> dict[str, Any]:
+def get_type_reward(
+    purchased_product: Mapping[str, Any], goal: Mapping[str, Any], nouns: Mapping[str, list[str]] | None = None
+) -> dict[str, Any]:
     """r_type: 1 for the same kind of product, 0.5 when query, category and title all differ, 0.1 / 0 for little
-    or no title-noun overlap."""
+    or no title-noun overlap (`nouns`: the product names' nouns, `title_nouns`)."""
     query_match = purchased_product["query"] == goal["query"]
     purchased_category = [x.strip() for x in purchased_product["product_category"].split("›")]
     goal_category = [x.strip() for x in goal["product_category"].split("›")]
     category_match = len(set(purchased_category) & set(goal_category)) >= 2
 
-    purchased_type = title_nouns(purchased_product["name"])
-    desired_type = title_nouns(goal["name"])
+    purchased_type = title_nouns(purchased_product["name"], nouns)
+    desired_type = title_nouns(goal["name"], nouns)
     n_intersect_type = len(set(purchased_type) & set(desired_type))
     title_score = 0.2 if len(desired_type) == 0 else n_intersect_type / len(desired_type)
 
@@ -266,11 +269,15 @@ def get_option_reward(purchased_options: Iterable[Any], goal_options: Iterable[A
 
 
 def get_reward(
-    product: Mapping[str, Any], goal: Mapping[str, Any], price: float, options: Mapping[str, str]
+    product: Mapping[str, Any],
+    goal: Mapping[str, Any],
+    price: float,
+    options: Mapping[str, str],
+    nouns: Mapping[str, list[str]] | None = None,
 ) -> tuple[float, dict[str, Any]]:
     """WebShop's `get_reward(..., verbose=True)`: the purchase reward in [0, 1] and its parts (r_type, r_att,
-    r_option when the goal has options, r_price, and their weights)."""
-    r_type = get_type_reward(product, goal)
+    r_option when the goal has options, r_price, and their weights). `nouns`: the shop's title nouns (`title_nouns`)."""
+    r_type = get_type_reward(product, goal, nouns)
     r_price = (price <= goal["price_upper"]) if goal["price_upper"] > 0 else None
     r_att, num_attr_matches = get_attribute_reward(product, goal)
     goal_options = goal["goal_options"]
