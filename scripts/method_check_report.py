@@ -42,6 +42,12 @@ ARM_LABELS = {
     "seed_self_lr1e5_kl1": "SEED, self-analyzer, lr 1e-5, KL 1.0",
     "seed_self_lr1e5_opd01": "SEED, self-analyzer, lr 1e-5, OPD 0.1",
     "seed_self_lr1e5_opd1": "SEED, self-analyzer, lr 1e-5, OPD 1.0",
+    "signed_oracle_lr1e5": "signed OPD, oracle skill (privileged), lr 1e-5",
+    "signed_oracle_shuffled_lr1e5": "signed OPD, another game's oracle (control), lr 1e-5",
+    "seed_oracle_lr1e5": "SEED's gated OPD, oracle skill (privileged), lr 1e-5",
+    "signed_self_lr1e5": "signed OPD, self-analyzer, lr 1e-5",
+    "gigpo_lr1e5": "GiGPO, lr 1e-5",
+    "seed_self_gigpo_lr1e5": "SEED (self-analyzer) on GiGPO, lr 1e-5",
 }
 # the hand-written calibration of the real model's warm start (its runs are not kept)
 CALIBRATION = Path("docs/method-check-calibration.md")
@@ -550,9 +556,9 @@ class Doc:
     def paired(self) -> None:
         c = self.c
         arms = list(c.arms)
-        if "grpo" not in arms or not c.results:
+        if not any(a == "grpo" or a.startswith("grpo_") for a in arms) or not c.results:
             return
-        pairs = [(a, "grpo") for a in arms if a != "grpo"]
+        pairs = [(a, "grpo") for a in arms if a != "grpo"] if "grpo" in arms else []
         # a GRPO variant `grpo<sfx>` is also the baseline of the other arms named `…<sfx>` (seed_self_lr1e5 against
         # grpo_lr1e5: the same change on both sides)
         for b in arms:
@@ -560,6 +566,9 @@ class Doc:
             pairs += [(a, b) for a in arms if sfx and a.endswith(sfx) and not a.startswith("grpo")]
         if "seed" in arms and "seed_guarded" in arms:
             pairs.append(("seed_guarded", "seed"))
+        # an arm `X_shuffled…` is the control of `X…` (another task's skill in the teacher's prompt): their difference
+        # is what the skill's information did
+        pairs += [(a.replace("_shuffled", ""), a) for a in arms if "_shuffled" in a and a.replace("_shuffled", "") in arms]
         self.add(
             "## 3. Paired differences (same seed: same warm start, same games drawn at each update)",
             "",
