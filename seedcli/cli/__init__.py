@@ -47,7 +47,7 @@ def preflight(stage: str, cfg: Any) -> None:
 
     check_from_env(stage, cfg)
     local_model = stage != "annotate" or getattr(cfg, "analyzer", None) == "policy"
-    if not local_model:
+    if not local_model or getattr(cfg, "print_memory_plan", False):  # (rl: a plan needs no engine or device here)
         return
     if getattr(cfg, "device", None):
         check_device(cfg.device)

@@ -10,6 +10,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from seedcli.config.base import _ENV_DEFAULT, GIGPO_FIELDS, _nohash
 from seedcli.config.stages import RolloutConfig
 
+LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target")
+
 
 class RLConfig(RolloutConfig):
     """`seed rl`: GRPO + self-evolving on-policy distillation (docs/design.md §1, Stage 2)."""
@@ -76,6 +78,22 @@ class RLConfig(RolloutConfig):
         "(the paper's; they still carry the KL and entropy terms) | drop them before re-scoring (DAPO's filter of "
         "uniform groups, without its re-sampling): the token means then run over the samples that teach",
         json_schema_extra={"hash": "if_changed"},
+    )
+    # LoRA (PEFT): only an adapter trains; hashed only with lora=true (rl/lora.py, docs/parity.md)
+    lora: bool = Field(
+        False,
+        description="train a LoRA adapter on the frozen starting model instead of every weight (the names of seed "
+        "sft's); the KL reference is the base, the adapter disabled; the rollout engine gets the merged weights and the "
+        "refresh proof covers them; checkpoints hold model/ (merged) and adapter/ with its optimiser state",
+        json_schema_extra={"hash": "if_set"},
+    )
+    lora_r: int = Field(16, ge=1, description="LoRA rank (with lora=true)")
+    lora_alpha: int = Field(32, ge=1, description="LoRA alpha: the update is scaled by alpha / r (with lora=true)")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapter's input (with lora=true)")
+    lora_target: str = Field(
+        "all-linear",
+        description="LoRA target modules: all-linear (every linear layer but lm_head), or linear module names "
+        "separated by commas (q_proj,v_proj) (with lora=true)",
     )
     micro_batch_tokens: int = _nohash("tokens per micro-batch (packed by length)", 16384, ge=64)
     share_prefix: bool = _nohash(
@@ -332,6 +350,24 @@ class RLConfig(RolloutConfig):
     torchrun_args: str | None = _nohash(
         "extra torchrun options for multi-node runs, e.g. '--nnodes 2 --node-rank 0 --rdzv-endpoint host:29500'"
     )
+    print_memory_plan: bool = _nohash(
+        "print the expected GPU memory of full and LoRA training side by side (the config's --model, or Qwen2.5-3B "
+        "and 7B, on 24, 48, 80 and 141 GiB cards; seedcli/rl/memory_plan.py) and exit",
+        False,
+    )
+
+    @field_validator("lora_target")
+    @classmethod
+    def _lora_target_names(cls, v: str) -> str:
+        names = [t.strip() for t in v.split(",")]
+        if not all(names) or any(" " in t for t in names):
+            raise ValueError("use all-linear, or module names separated by commas (q_proj,v_proj)")
+        if "lm_head" in names or "embed_tokens" in names:
+            raise ValueError(
+                "the adapter goes on the decoder's linear layers only (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
+                "down_proj or all-linear); lm_head and embed_tokens stay frozen"
+            )
+        return ",".join(names)
 
     @model_validator(mode="before")
     @classmethod
@@ -421,6 +457,9 @@ class RLConfig(RolloutConfig):
             out.pop("gigpo_similarity_threshold", None)
         if self.opd_retire == "off":
             for name in ("retire_teacher_success", "retire_fraction", "retire_patience"):
+                out.pop(name, None)
+        if not self.lora:  # the adapter's settings change nothing without one
+            for name in LORA_FIELDS:
                 out.pop(name, None)
         if self.opd_form == "gated_nll":  # the clip of the signed forms changes nothing then
             out.pop("opd_clip", None)

@@ -36,7 +36,7 @@ from seedcli.engines.base import (
     vision_pad_ids,
 )
 from seedcli.engines.vision import fit_image, load_image_processor, pixel_bounds, request_tokens, with_max_pixels
-from seedcli.engines.vllm_weights import vllm_checksums
+from seedcli.engines.vllm_weights import keep_packed, vllm_checksums, vllm_name
 from seedcli.errors import UserError
 from seedcli.precision import compute_dtype_name
 
@@ -134,6 +134,7 @@ class VLLMEngine:
         images_per_prompt: int | None = None,
         max_pixels: int | None = None,
         vision_attention: str | None = None,
+        keep_linear: tuple[str, ...] = (),
         **llm_kwargs: Any,
     ) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
@@ -182,6 +183,10 @@ class VLLMEngine:
         self._request_count = 0  # ids of requests sent through a batcher: unique over the engine's life
         # under torchrun (external_launcher) vLLM joins the trainer's process group, which close() must then keep
         self._owns_distributed = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        if keep_linear and self.on_cpu and in_process:
+            # the CPU backend drops linear weights once packed; these layers keep what they packed, so that
+            # `weight_checksums` can show them (the LoRA refresh proof: the weights an adapter changes are linear)
+            keep_packed([vllm_name(prefix, self.vision) for prefix in keep_linear])
         with _preserve_process_state():
             self.llm = LLM(
                 model=str(model_dir),

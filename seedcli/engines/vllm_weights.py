@@ -55,8 +55,10 @@ def vllm_checksums(model: torch.nn.Module, names: Sequence[str]) -> dict[str, li
         if p is None:
             continue
         t = p.data
-        if t.numel() == 0:
-            continue  # the weight lives elsewhere in a kernel-specific form (vLLM CPU's repacked GEMM weights)
+        if t.numel() == 0:  # the weight lives elsewhere in a kernel-specific form (vLLM CPU's repacked GEMM weights)
+            t = getattr(_owner(model, vname), KEPT, None)  # ... unless the layer kept what it packed (`keep_packed`)
+            if t is None:
+                continue
         if part is not None:
             sizes = _fused_sizes(cfg, part, name.endswith(".bias"))
             if sizes is None or t.shape[0] != sum(sizes.values()):
@@ -71,6 +73,44 @@ def vllm_checksums(model: torch.nn.Module, names: Sequence[str]) -> dict[str, li
             t = t[: cfg.vocab_size]
         out[name] = tensor_checksum(t)
     return out
+
+
+# vLLM's CPU backend packs each linear layer's weight for its GEMM kernels (oneDNN) when the layer is loaded or
+# reloaded and drops the plain tensor, so the proof could not read it. A layer whose vLLM prefix begins with one of
+# `keep_packed`'s keeps a copy of the tensor it packed, taken inside the engine at that moment (after the weight
+# loader assembled it, fused q/k/v included): what its kernels compute with, and stale if a refresh never reached it.
+KEPT = "_seedcli_packed_from"
+_KEEP_PREFIXES: set[str] = set()
+
+
+def keep_packed(prefixes: Sequence[str]) -> None:
+    """In the process the vLLM worker runs in (the in-process engine's), before it loads: the linear layers under
+    `prefixes` (vLLM names, e.g. "model.layers.0.") keep the weight they pack, from the first load on. Wraps vLLM's
+    CPU GEMM dispatch once."""
+    from vllm.model_executor.layers import utils
+
+    _KEEP_PREFIXES.update(prefixes)
+    dispatch = utils.dispatch_cpu_unquantized_gemm
+    if getattr(dispatch, "seedcli_keeps", False):
+        return
+
+    def keeping(layer, remove_weight):
+        weight = getattr(layer, "weight", None)
+        prefix = str(getattr(layer, "prefix", "") or "")
+        if remove_weight and weight is not None and not weight.is_meta and prefix.startswith(tuple(_KEEP_PREFIXES)):
+            setattr(layer, KEPT, weight.detach().clone())
+        return dispatch(layer, remove_weight)
+
+    keeping.seedcli_keeps = True  # type: ignore[attr-defined]
+    utils.dispatch_cpu_unquantized_gemm = keeping
+
+
+def _owner(model: torch.nn.Module, param_name: str):
+    """The module holding the parameter `param_name` (None when there is no such module)."""
+    try:
+        return model.get_submodule(param_name.rsplit(".", 1)[0])
+    except AttributeError:
+        return None
 
 
 def _text_config(model: torch.nn.Module):

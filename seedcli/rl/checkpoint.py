@@ -1,7 +1,9 @@
 """The checkpoints that let a run stop and continue (docs/design.md §1, Stage 2): `checkpoints/step_NNNNNN/` with the
 actor in Hugging Face format, the optimizer, the fp32 master weights when the model is saved in a lower precision,
 every rank's RNG state and state.json (sampler position, non-finite streak, the update's metrics); `latest` points
-at the newest. A resumed run restores the optimizer and the RNG states and continues exactly.
+at the newest. A resumed run restores the optimizer and the RNG states and continues exactly. Under `lora=true`
+model/ is the merged model and adapter/ beside it holds the adapter in fp32, which a resume loads onto the starting
+model; the optimizer state is the adapter's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from safetensors.torch import save_file
 
 from seedcli.config import RLConfig
 from seedcli.rl.distributed import DistInfo, all_gather_object, barrier, full_state_dict, reshard
+from seedcli.rl.lora import ADAPTER_DIR, adapter_state, base_model, is_lora, merged_params, save_adapter
 
 CHECKPOINTS = "checkpoints"
 
@@ -78,7 +81,9 @@ def save_checkpoint(
     barrier(info)
 
     lossy = model_dtype != torch.float32
-    if info.fsdp:
+    if is_lora(lm):
+        _save_lora(tmp, lm, optimizer, train_module, info, model_dtype)
+    elif info.fsdp:
         sd = full_state_dict(lm, keep=info.is_main, dtype=model_dtype)  # collective: every rank gathers, rank 0 keeps
         if info.is_main:
             _save_hf_state_dict(lm, sd, tmp / "model", model_dtype)
@@ -118,6 +123,35 @@ def save_checkpoint(
                 shutil.rmtree(old, ignore_errors=True)
     barrier(info)
     return final
+
+
+def _save_lora(
+    tmp: Path,
+    lm: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train_module: torch.nn.Module,
+    info: DistInfo,
+    model_dtype: torch.dtype,
+) -> None:
+    """A LoRA actor's checkpoint (rl/lora.py): model/ the merged model in `model_dtype` (what eval and the engine of
+    a resumed run load), adapter/ PEFT's adapter files in fp32 (the trained weights a resume continues from: the base
+    is the starting model's, frozen) and the adapter's optimiser state (DCP under FSDP). Every rank calls it."""
+    merged = {}
+    for name, tensor in merged_params(lm):  # collective under FSDP: every rank gathers, rank 0 keeps
+        if info.is_main:
+            merged[name] = tensor.detach().to(model_dtype).cpu()
+    adapter = adapter_state(lm, keep=info.is_main)
+    if info.is_main:
+        _save_hf_state_dict(base_model(lm), merged, tmp / "model", model_dtype)
+        save_adapter(lm, adapter, tmp / ADAPTER_DIR)
+    del merged
+    if info.fsdp:
+        import torch.distributed.checkpoint as dcp  # FSDP only; importing it takes a second
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        dcp.save({"optimizer": get_optimizer_state_dict(train_module, optimizer)}, checkpoint_id=str(tmp / "optimizer"))
+    elif info.is_main:
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
 
 
 def _save_hf_state_dict(

@@ -26,6 +26,7 @@ from seedcli.prompts import insert_step_skill
 from seedcli.rl import distributed as D
 from seedcli.rl.advantages import GiGPOSettings
 from seedcli.rl.logprobs import Scorer
+from seedcli.rl.lora import AdapterOff, attach_adapter
 from seedcli.rl.optimize import LossWeights
 from seedcli.rl.retire import Retirement
 from seedcli.rl.sampler import hash_seed
@@ -189,12 +190,18 @@ def load_lm(path: Path, info, dtype=None, attn_implementation: str | None = None
     return lm.to(info.device)  # under FSDP, fully_shard then shards the parameters already on the rank's GPU
 
 
-def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path) -> Models:
+def load_models(
+    cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path, adapter_dir: Path | None = None
+) -> Models:
     """The actor (from `start_dir`: the starting model or the checkpoint resumed), the frozen reference (always the
-    starting model `model_dir`) and AdamW. The hf engine on one process or DDP shares the actor's weights."""
+    starting model `model_dir`) and AdamW. The hf engine on one process or DDP shares the actor's weights.
+    `lora=true`: the actor is `model_dir` with a LoRA adapter (`adapter_dir`'s, resumed, or a fresh one), the
+    reference its forward with the adapter off (`load_lora_models`)."""
     compute = compute_dtype(cfg.dtype, info.device)
     # FSDP2's mixed-precision policy casts the parameters itself (bf16 on GPU); elsewhere bf16 is autocast
     autocast_dtype = compute if (compute == torch.bfloat16 and not info.fsdp) else None
+    if cfg.lora:
+        return load_lora_models(cfg, info, model_dir, adapter_dir, compute, autocast_dtype)
     # the hf engine shares the trainer's fp32 weights only in fp32; in bf16 it keeps its own bf16 copy (generation
     # with autocast would cast every weight at every decoding step), refreshed and checksummed like vLLM's
     shared = (
@@ -238,6 +245,26 @@ def load_models(cfg: RLConfig, info, engine, start_dir: Path, model_dir: Path) -
         [p for p in train_model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
     )
     return Models(lm, train_model, ref_model, optimizer, shared)
+
+
+def load_lora_models(cfg: RLConfig, info, model_dir: Path, adapter_dir: Path | None, compute, autocast_dtype) -> Models:
+    """`lora=true` (rl/lora.py): the starting model, frozen, in the dtype the full-weight run keeps its reference in
+    (bf16 on GPU or under bf16 compute, else fp32), with a LoRA adapter (fp32) that AdamW trains alone; the KL
+    reference is the same scorer with the adapter disabled. The rollout engine keeps its own copy of the merged
+    weights (never `shared`: the refresh streams them and the proof checks them every update)."""
+    base_dtype = torch.bfloat16 if (info.device.type == "cuda" or compute == torch.bfloat16) else torch.float32
+    base = load_lm(model_dir, info, base_dtype)  # always the starting model: a checkpoint's adapter goes on top
+    if cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None else info.device.type == "cuda":
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lm = attach_adapter(base, cfg, adapter_dir)
+    lm.to(info.device)  # the adapter's layers where the base is
+    scorer = Scorer(lm, compute_dtype=autocast_dtype, share_prefix=cfg.share_prefix)
+    train_model = D.wrap_for_training(scorer, info)
+    ref_model = AdapterOff(train_model) if cfg.kl_coef > 0 else None
+    optimizer = torch.optim.AdamW(
+        [p for p in train_model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
+    return Models(lm, train_model, ref_model, optimizer, shared=False)
 
 
 def vision_processor(engine, models, meta: dict) -> Any:
@@ -296,7 +323,8 @@ def vllm_engine_kwargs(
             "engine spanning ranks would need their prompts gathered first, which seed rl does not do; use 1 (a "
             "model up to ~14B fits one 80 GB GPU's vLLM share in bf16)"
         )
-    positions = model_positions(AutoConfig.from_pretrained(model_dir), cfg.max_model_len)
+    config = AutoConfig.from_pretrained(model_dir)
+    positions = model_positions(config, cfg.max_model_len)
     kw: dict[str, Any] = {
         "max_model_len": min(cfg.max_model_len, positions),
         "max_num_seqs": max(cfg.gen_batch, 8),
@@ -312,6 +340,10 @@ def vllm_engine_kwargs(
         attention = getattr(cfg, "vllm_vision_attention", None)
         if attention:
             kw["vision_attention"] = attention
+    if cfg.lora:  # the LoRA refresh proof reads the first and last layer's merged linear weights (rl/lora.py)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        stack = "model.language_model.layers" if is_vision_model(model_dir) else "model.layers"
+        kw["keep_linear"] = (f"{stack}.0.", f"{stack}.{text.num_hidden_layers - 1}.")
     if info.device.type == "cuda":
         kw.update(
             gpu_memory_utilization=cfg.vllm_gpu_memory,

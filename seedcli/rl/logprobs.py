@@ -20,6 +20,7 @@ those that begin alike share a micro-batch (bench/shared_prefix.py measures the 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
@@ -29,6 +30,7 @@ from torch.utils.checkpoint import checkpoint
 from seedcli.precision import autocast
 from seedcli.rl.batching import VisionFn, pack_by_length, pack_by_prefix, pad_right
 from seedcli.rl.distributed import unwrap
+from seedcli.rl.lora import adapter_disabled, lora_layers
 from seedcli.rl.samples import BLANK_IMAGE
 
 # A score function: (input_ids [B, T], attention_mask [B, T], response_mask [B, T]) → per-token log-probs [B, T];
@@ -268,8 +270,13 @@ class Scorer(torch.nn.Module):
         # entropy and everything the loss computes from the log-probs stay fp32 (the chunks upcast the logits)
         self.compute_dtype = compute_dtype
 
-    def forward(self, input_ids, attention_mask, response_mask, with_entropy: bool = False, **vision):
-        with autocast(self.compute_dtype, input_ids.device):
+    def forward(
+        self, input_ids, attention_mask, response_mask, with_entropy: bool = False, reference: bool = False, **vision
+    ):
+        """`reference`: a LoRA actor's forward with its adapter disabled, the base model (the KL reference of
+        `seed rl lora=true`, rl/lora.py)."""
+        off = self._adapter_off() if reference else contextlib.nullcontext()
+        with off, autocast(self.compute_dtype, input_ids.device):
             return sequence_logprobs(
                 self.lm,
                 input_ids,
@@ -281,6 +288,13 @@ class Scorer(torch.nn.Module):
                 share_prefix=self.share_prefix and not _fully_sharded(self),
                 tally=self.tally,
             )
+
+    def _adapter_off(self):
+        if not hasattr(self, "_lora_layers"):
+            self._lora_layers = lora_layers(self.lm)
+        if not self._lora_layers:
+            raise ValueError("reference=True scores the base of a LoRA actor; this scorer's model has no adapter")
+        return adapter_disabled(self._lora_layers)
 
     def take_tally(self) -> list[int]:
         """[tokens scored, tokens a shared prefix saved] since the last call, and start counting afresh."""

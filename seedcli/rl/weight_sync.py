@@ -86,6 +86,12 @@ class WeightSync:
     shared: bool
     checksum_names: Sequence[str]
     check_sync: Callable[[int], dict[str, float]]
+    # (name, tensor) of the weights the engine serves, in a dtype: every parameter of `lm` (D.iter_full_params), or
+    # under LoRA the merged view (rl/lora.py: merged_params), streamed and checksummed alike
+    params: Callable[..., Iterable[tuple[str, torch.Tensor]]] = D.iter_full_params
+    # of `checksum_names`, those every refresh must compare (LoRA: merged weights the adapter changes, which a stale
+    # engine would hold otherwise); one the engine cannot show fails the proof instead of being skipped
+    required: Sequence[str] = ()
 
     def prove_start(self, step: int) -> None:
         """Before any update: the engine must already hold the trainer's weights (a broken engine fails now, not
@@ -94,8 +100,8 @@ class WeightSync:
         self.check_sync(step)
         if not self.shared:
             dtype = engine_weight_dtype(self.engine, self.info)
-            start_sums = trainer_checksums(D.iter_full_params(self.lm, dtype=dtype), self.checksum_names, dtype)
-            check_checksums(start_sums, engine_checksums(self.engine, list(start_sums)), step)
+            start_sums = trainer_checksums(self.params(self.lm, dtype=dtype), self.checksum_names, dtype)
+            check_checksums(start_sums, engine_checksums(self.engine, list(start_sums)), step, required=self.required)
 
     def refresh(self, step: int) -> dict[str, float]:
         """Wake the engine's weights, stream the new weights of `lm` into it one parameter at a time (under FSDP each
@@ -117,7 +123,7 @@ class WeightSync:
             wanted = set(self.checksum_names)
 
             def stream():
-                for name, tensor in D.iter_full_params(self.lm, dtype=dtype):
+                for name, tensor in self.params(self.lm, dtype=dtype):
                     if name in wanted:
                         trainer_sums.update(trainer_checksums([(name, tensor)], [name], dtype))
                     sent[1] += 1
@@ -141,7 +147,8 @@ class WeightSync:
                     "so its rollouts would come from stale weights. Stopped; resume with --resume once fixed"
                 )
             # exact first (the probe cannot see one update at lr 1e-6), then the probe as a secondary check
-            sync.update(check_checksums(trainer_sums, engine_checksums(engine, list(trainer_sums)), step))
+            shown = engine_checksums(engine, list(trainer_sums))
+            sync.update(check_checksums(trainer_sums, shown, step, required=self.required))
             sync["sync/tensors_sent"] = float(sent[0])
         sync.update(self.check_sync(step))
         if info.world > 1 and not info.fsdp:
@@ -227,23 +234,42 @@ def engine_checksums(engine, names: list[str]) -> dict[str, list[int]]:
     return trainer_checksums(model.state_dict().items(), names, dtype)
 
 
-def check_checksums(trainer: dict[str, list[int]], engine: dict[str, list[int]], step: int) -> dict[str, float]:
-    """Raise WeightSyncError unless every tensor the engine could show has the trainer's exact checksum, and at
-    least one could be compared. Returns the number of tensors verified as a metric."""
+def check_checksums(
+    trainer: dict[str, list[int]], engine: dict[str, list[int]], step: int, required: Sequence[str] = ()
+) -> dict[str, float]:
+    """Raise WeightSyncError unless every tensor the engine could show has the trainer's exact checksum, at least one
+    could be compared, and every `required` one was (LoRA: the merged weights the adapter changes). Returns the
+    number of tensors verified as metrics (`sync/checksum_lora_tensors`: of them, the required ones)."""
     compared = [name for name in trainer if name in engine]
     if trainer and not compared:
         raise WeightSyncError(
             f"update {step}: none of the checksummed weights ({', '.join(sorted(trainer))}) could be read from the "
             "rollout engine, so the refresh cannot be proven; this vLLM version stores them differently — report it"
         )
+    unseen = [name for name in required if name not in engine or name not in trainer]
+    if unseen:
+        raise WeightSyncError(
+            f"update {step}: the rollout engine does not show its merged LoRA weights ({', '.join(unseen[:3])}), so "
+            "the refresh of the adapter cannot be proven and its rollouts may come from stale weights. Stopped; "
+            "report it with the engine and its version"
+        )
     differ = [name for name in compared if trainer[name] != engine[name]]
     if differ:
         raise WeightSyncError(
-            f"update {step}: after the weight refresh the rollout engine's {', '.join(differ)} differ from the "
+            f"update {step}: after the weight refresh the rollout engine's {_listed(differ)} differ from the "
             "trainer's (exact checksum of the bits in the engine's dtype), so its rollouts would come from stale "
             "weights. Stopped; resume with --resume once fixed"
         )
-    return {"sync/checksum_tensors": float(len(compared))}
+    out = {"sync/checksum_tensors": float(len(compared))}
+    if required:
+        out["sync/checksum_lora_tensors"] = float(len(required))
+    return out
+
+
+def _listed(names: Sequence[str], shown: int = 4) -> str:
+    """`names` joined, the first `shown` of a longer list and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 # --------------------------------------------------------------------------------------------- the probe

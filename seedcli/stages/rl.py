@@ -23,6 +23,8 @@ Two nodes: run on each node with its rank, the same rendezvous and a shared runs
 CPU smoke run (tiny model, two updates, DDP over gloo with two processes; `parallel=fsdp` runs the GPU code path):
     seed rl -c tiny --model /tmp/m --analyzer static:data/static_skills.json --nproc 2
 First thing on a GPU machine: `bash scripts/gpu_smoke.sh` (two updates, vLLM, FSDP, probe, sleep/wake).
+One GPU with a LoRA adapter (rl/lora.py; `--print-memory-plan` shows full and LoRA training side by side):
+    seed rl --config paper_qwen25_3b_lora --from runs/sft/<id>
 Baselines: `--algo grpo` (λ_opd = 0, no analyzer or teacher pass), `--algo gigpo` (GRPO with GiGPO's step credit,
 rl/advantages.py), `--algo sdar` (static skills, same gate), `--algo opsd` (β = 0); `--algo seed step_advantage=gigpo`
 is SEED's OPD on GiGPO's advantages; `opd_retire=adaptive` retires the teacher (RetireOPD, rl/retire.py). Continue a stopped run with `--resume` and the same options.
@@ -68,6 +70,8 @@ from seedcli.rl.context import (
     update_seed,
 )
 from seedcli.rl.distributed import launch, torchrun_command
+from seedcli.rl.lora import ADAPTER_DIR
+from seedcli.rl.memory_plan import config_comparison
 from seedcli.rl.metrics import StallWatch
 from seedcli.rl.optimize import NonFiniteGuard
 from seedcli.rl.retire import retirement_for
@@ -157,6 +161,9 @@ def world_size(cfg: RLConfig) -> int:
 
 
 def run(cfg: RLConfig) -> Manifest:
+    if cfg.print_memory_plan:  # before anything is resolved or written
+        sys.stdout.write(config_comparison(cfg))
+        raise SystemExit(0)
     plan = resolve_plan(cfg)
     model_dir, source = resolve_start_model(cfg)
     world = world_size(cfg)
@@ -269,7 +276,8 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     start_dir = ckpt / "model" if ckpt else Path(model_dir)
     env = make_env(cfg)
     engine, meta = load_rollout_engine(cfg, start_dir, info, env.frame_size())
-    models = load_models(cfg, info, engine, start_dir, Path(model_dir))
+    adapter_dir = ckpt / ADAPTER_DIR if ckpt and cfg.lora else None  # lora: the trained adapter, on the starting model
+    models = load_models(cfg, info, engine, start_dir, Path(model_dir), adapter_dir)
     if ckpt is not None:
         load_optimizer_and_rng(ckpt, models.optimizer, models.train_model, info)
     timing_load = time.perf_counter() - t_load
@@ -501,6 +509,7 @@ def _write_summary(cfg: RLConfig, info, run_dir: Path, start_step: int, trained:
         "world_size": info.world,
         "parallel": "fsdp" if info.fsdp else ("ddp" if info.world > 1 else "single"),
         "engine": cfg.engine,
+        **({"lora": f"r={cfg.lora_r} alpha={cfg.lora_alpha} target={cfg.lora_target}"} if cfg.lora else {}),
         "final_reward_mean": last.get("reward/mean"),
         "final_success_rate": last.get("rollout/success_rate"),
         "final_opd_loss": last.get("opd/loss"),

@@ -4,6 +4,7 @@ the weight sync with its probe, and the environment's hooks)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import random
@@ -21,6 +22,7 @@ from seedcli.precision import compute_dtype_name
 from seedcli.rl import distributed as D
 from seedcli.rl.checkpoint import CHECKPOINTS, latest_checkpoint, read_checkpoint_state
 from seedcli.rl.context import EnvHooks, Plan, RLContext, vision_processor
+from seedcli.rl.lora import merged_params, proof_names
 from seedcli.rl.sampler import TaskSampler
 from seedcli.rl.samples import Reward
 from seedcli.rl.weight_sync import ProbeCheck, WeightSync, make_probe, names_for_config
@@ -75,10 +77,12 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env, r
     check_sync = ProbeCheck(
         engine, models.train_model, probe, tol=sync_tol, max_tokens=cfg.micro_batch_tokens, pad_id=pad_id, info=info
     )
+    names = names_for_config(models.lm.config, linear=not getattr(engine, "on_cpu", False))
     sync = WeightSync(
-        engine, models.lm, info, shared=models.shared, check_sync=check_sync,
-        checksum_names=names_for_config(models.lm.config, linear=not getattr(engine, "on_cpu", False)),
+        engine, models.lm, info, shared=models.shared, check_sync=check_sync, checksum_names=names,
     )  # fmt: skip
+    if cfg.lora:  # the engine serves the merged weights, and the proof covers those the adapter changes
+        sync = lora_sync(sync, models.lm)
     hooks = EnvHooks(
         insert_skill=env.insert_skill, insert_step_skill=env.insert_step_skill,
         reward=Reward(env.success_reward, env.invalid_penalty),
@@ -92,6 +96,15 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env, r
         images=run_images(run_dir),  # observation images (visual environments), shared by the ranks of one node
         run_dir=run_dir,  # dump_analyses writes here
     )  # fmt: skip
+
+
+def lora_sync(sync: WeightSync, lm) -> WeightSync:
+    """`lora=true`: stream and checksum the merged view (rl/lora.py), and require the merged weights of the first and
+    last layer's adapted modules in every proof (vLLM's CPU backend, which repacks linear weights, keeps a copy of
+    those layers' for it: `vllm_engine_kwargs`' keep_linear)."""
+    required = proof_names(lm)
+    names = list(dict.fromkeys([*sync.checksum_names, *required]))
+    return dataclasses.replace(sync, params=merged_params, checksum_names=names, required=required)
 
 
 def _probe_texts(history: int) -> tuple[str, str]:
