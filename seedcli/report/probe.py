@@ -112,6 +112,33 @@ def summarise(turns: Sequence[TurnScores], contexts: Sequence[str] = CONTEXTS) -
     return out
 
 
+# (context, its control): what the skill's own information does, beyond any skill's presence, is the first minus the
+# second on the same action tokens
+CONTRASTS = (("own", "shuffled"), ("oracle", "oracle_shuffled"))
+
+
+def contrasts(turns: Sequence[TurnScores], pairs: Sequence[tuple[str, str]] = CONTRASTS) -> dict[str, Any]:
+    """probe.json's `contrasts`: per (context, control) pair, each episode's mean of ℓ_ctx − ℓ_control over its
+    action tokens scored under both, then the mean over episodes, its paired standard error, and how many episodes
+    each way. A skill that carries nothing the model reads gives 0 within its SE."""
+    out: dict[str, Any] = {}
+    for ctx, control in pairs:
+        by_episode: dict[int, list[torch.Tensor]] = {}
+        for t in turns:
+            if ctx in t.logp and control in t.logp and any(t.action):
+                sel = torch.tensor(t.action)
+                by_episode.setdefault(t.episode, []).append((t.logp[ctx] - t.logp[control])[sel])
+        means = [float(torch.cat(ds).double().mean()) for ds in by_episode.values()]
+        n = len(means)
+        if not n:
+            continue
+        mean = sum(means) / n
+        se = math.sqrt(sum((m - mean) ** 2 for m in means) / (n - 1) / n) if n > 1 else float("nan")
+        out[f"{ctx}-{control}"] = {"episodes": n, "action_delta_mean": mean, "action_delta_se": se,
+                                   "up": sum(m > 0 for m in means), "down": sum(m < 0 for m in means)}  # fmt: skip
+    return out
+
+
 def paired_gap(base: dict[str, bool], other: dict[str, bool]) -> dict[str, Any]:
     """Success with a context against without it over the tasks both played (task id → won): the rates, the mean
     paired difference in points and its standard error, and how many tasks each way."""
@@ -147,7 +174,9 @@ def table(result: dict[str, Any]):
         act, other = e["action"], e["other"]
         gap = result.get("play", {}).get(ctx)
         gap_text = (
-            f"{gap['gap_points']:+.1f} ± {gap['gap_se_points']:.1f} ({gap['tasks']})" if gap and gap.get("tasks") else "—"
+            f"{gap['gap_points']:+.1f} ± {gap['gap_se_points']:.1f} ({gap['tasks']})"
+            if gap and gap.get("tasks")
+            else "—"
         )
         t.add_row(
             LABELS.get(ctx, ctx),
@@ -160,6 +189,11 @@ def table(result: dict[str, Any]):
             _fmt(act["all"].get("logp_mean"), ".3f"),
             _fmt(e["corr_delta_advantage"], "+.2f"),
             gap_text,
+        )
+    for name, c in result.get("contrasts", {}).items():
+        t.caption = (t.caption + "\n" if t.caption else "") + (
+            f"{name.replace('-', ' − ')} on action tokens: {c['action_delta_mean']:+.3f} ± {c['action_delta_se']:.3f} "
+            f"nats ({c['episodes']} episodes, {c['up']} up, {c['down']} down)"
         )
     return t
 

@@ -40,7 +40,7 @@ from seedcli.errors import UserError
 from seedcli.precision import compute_dtype
 from seedcli.progress import StageProgress
 from seedcli.records import SkillRecord, Trajectory, iter_jsonl, write_jsonl
-from seedcli.report.probe import CONTEXTS, TurnScores, paired_gap, plot, summarise, table
+from seedcli.report.probe import CONTEXTS, TurnScores, contrasts, paired_gap, plot, summarise, table
 from seedcli.rl.analyse import other_skills
 from seedcli.rl.logprobs import Scorer, score_responses
 from seedcli.rl.samples import Reward, group_advantages
@@ -220,7 +220,9 @@ def run(cfg: ProbeConfig) -> Manifest:
                 for i in range(0, len(items), SCORE_CHUNK):  # in chunks, so that progress shows on long runs
                     chunk = items[i : i + SCORE_CHUNK]
                     contexts = [p for _, p in chunk]
-                    logps = score_responses(scorer, contexts, max_tokens=cfg.micro_batch_tokens, pad_id=pad, device=device)
+                    logps = score_responses(
+                        scorer, contexts, max_tokens=cfg.micro_batch_tokens, pad_id=pad, device=device
+                    )
                     for (turn, _), lp in zip(chunk, logps, strict=True):
                         turn.logp[ctx] = lp
                     progress.advance(len(chunk), context=ctx)
@@ -231,6 +233,7 @@ def run(cfg: ProbeConfig) -> Manifest:
             "model": str(model_dir),
             "skills": cfg.skills,
             "contexts": summarise(turns),
+            "contrasts": contrasts(turns),
             "play": play,
             "wall_time_s": round(time.time() - t0, 1),
         }
@@ -274,6 +277,8 @@ def _headline(result: dict) -> dict[str, Any]:
     for ctx, entry in result["contexts"].items():
         out[f"delta_action/{ctx}"] = entry["action"]["all"].get("delta_mean")
         out[f"delta_other/{ctx}"] = entry["other"]["all"].get("delta_mean")
+    for name, c in result.get("contrasts", {}).items():
+        out[f"contrast_action/{name}"] = c["action_delta_mean"]
     for ctx, gap in result["play"].items():
         if gap.get("tasks"):
             out[f"success_gap_points/{ctx}"] = round(gap["gap_points"], 2)

@@ -9,7 +9,7 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from seedcli.report.probe import TurnScores, paired_gap, pearson, summarise
+from seedcli.report.probe import TurnScores, contrasts, paired_gap, pearson, summarise
 from seedcli.rl.analyse import other_skills
 from seedcli.stages.probe import NULL_TEXT, action_mask, null_skill
 
@@ -85,6 +85,26 @@ def test_summarise_against_direct_computation():
     assert out["episodes"] == 2 and out["replies"] == 3
     assert out["corr_delta_advantage"] is None  # two episodes: too few for a correlation
     assert "null" not in summarise(turns)  # a context nothing was scored in is absent
+
+
+def test_contrast_of_a_skill_with_its_control_by_hand():
+    def turn(ep, action, own, shuffled):
+        return TurnScores(ep, True, 0.0, action, {"none": torch.zeros(len(action)), "own": torch.tensor(own),
+                                                  "shuffled": torch.tensor(shuffled)})  # fmt: skip
+
+    turns = [
+        turn(0, [True, False], [-1.0, -9.0], [-2.0, 0.0]),  # action: +1.0 (the other token is not counted)
+        turn(0, [False, True], [0.0, -1.0], [0.0, -1.5]),  # +0.5 → episode 0: mean of +1.0, +0.5 = +0.75
+        turn(1, [True, True], [-1.0, -1.0], [-0.75, -0.75]),  # episode 1: −0.25
+        turn(2, [False, False], [-1.0, -1.0], [0.0, 0.0]),  # no action token: not an episode of the contrast
+    ]
+    out = contrasts(turns)
+    assert set(out) == {"own-shuffled"}  # the oracle pair was not scored
+    c = out["own-shuffled"]
+    assert c["episodes"] == 2 and c["up"] == 1 and c["down"] == 1
+    assert c["action_delta_mean"] == pytest.approx(0.25)
+    # SE over the two episode means +0.75, −0.25: sd = √((0.5² + 0.5²)/1), / √2
+    assert c["action_delta_se"] == pytest.approx(math.sqrt(0.5) / math.sqrt(2))
 
 
 def test_pearson_and_paired_gap_by_hand():
