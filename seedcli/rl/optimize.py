@@ -12,7 +12,6 @@ accumulate and one AdamW step follows, after clipping the grad norm.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -243,7 +242,9 @@ def train_update(
     model.train()
     optimizer.zero_grad(set_to_none=True)
     for j, shares in enumerate(plan):
-        mbp = plan_micro_batches(samples, shares, info.rank, micro_tokens, opd=weights.opd_coef > 0, by_prefix=by_prefix)
+        mbp = plan_micro_batches(
+            samples, shares, info.rank, micro_tokens, opd=weights.opd_coef > 0, by_prefix=by_prefix
+        )
         # DDP and FSDP average gradients over ranks, so each rank's loss carries a factor `world`
         micro: list[tuple[list[TurnSample], float]] = [
             ([samples[i] for i in mb], float(info.world)) for mb in mbp.micro
@@ -389,16 +390,30 @@ class NonFiniteGuard:
     def __init__(self, limit: int = 3, streak: int = 0):
         self.limit = limit
         self.streak = streak
+        self.cause: str | None = None
 
     def observe(self, step: int, skipped: bool, cause: str | None) -> None:
+        """After each update (the stage prints the skipped update's line): `limit` skipped in a row stop the run."""
         if not skipped:
             self.streak = 0
             return
         self.streak += 1
-        warnings.warn(f"update {step} skipped: {cause}", RuntimeWarning, stacklevel=2)
+        self.cause = cause
         if self.streak >= self.limit:
             raise TrainingStopped(
                 f"stopped at update {step}: the loss was non-finite in {self.streak} updates in a row "
                 f"({step - self.streak + 1}..{step}); last cause: {cause}. Lower --lr, check the model's dtype, "
                 "or inspect the last samples with `seed inspect`"
+            )
+
+    def at_end(self, step: int) -> None:
+        """After the last update: a run whose last update(s) were skipped ends failed, not complete (its weights are
+        those that made the loss non-finite), with nothing exported."""
+        if self.streak:
+            first = step - self.streak + 1
+            updates = f"update {step}" if self.streak == 1 else f"updates {first}..{step}"
+            raise TrainingStopped(
+                f"stopped at update {step}: the run ended with {updates} skipped for a non-finite loss (last cause: "
+                f"{self.cause}), so its model is the one that made the loss non-finite and is not "
+                "exported. Lower --lr, check the model's dtype, or inspect the last samples with `seed inspect`"
             )

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from seedcli.engines.base import tensor_checksum
-from seedcli.errors import UserError
+from seedcli.errors import NonFiniteValue, UserError
 from seedcli.rl import distributed as D
 from seedcli.rl.logprobs import score_responses
 
@@ -290,8 +290,8 @@ class ProbeCheck:
     """`check(step)`: the engine and the trainer score the probe. The session's first check calibrates (their mean
     |Δ log-prob| then is the baseline); later checks warn, as a metric and a stderr line, when the difference drifts
     beyond the baseline by more than `tol` (`check_probe`) or the engine did not follow the trainer's move since the
-    previous check (`check_refresh`). The probe never stops a run (unless the two sides score different tokens): the
-    exact checksums are the proof of a refresh. Returns the sync/ metrics."""
+    previous check (`check_refresh`). The probe never stops a run unless the two sides score different tokens or the
+    trainer's log-probs are non-finite: the exact checksums are the proof of a refresh. Returns the sync/ metrics."""
 
     def __init__(
         self, engine, train_model, probe: tuple[list[int], list[int]], *, tol: float, max_tokens: int, pad_id: int, info
@@ -341,7 +341,14 @@ def check_probe(
 ) -> tuple[dict[str, float], list[str]]:
     """The probe's metrics and warnings. `calibration` None: this check calibrates (its mean |Δ| is the baseline,
     no warning unless it is not finite); else a warning when the mean |Δ| drifted beyond `calibration` by more
-    than `tol`."""
+    than `tol`. Non-finite trainer log-probs raise NonFiniteValue: the run stops as failed."""
+    bad = sum(not math.isfinite(float(x)) for x in trainer_logp)
+    if bad:  # the weights no longer give a distribution: nothing trained from here can be exported
+        raise NonFiniteValue(
+            f"update {step}: the trainer's log-probs on the weight-sync probe are non-finite ({bad} of "
+            f"{len(trainer_logp)} tokens): the weights no longer give a distribution, and nothing is exported. "
+            "Lower --lr or check the model's dtype"
+        )
     mean_diff, max_diff = probe_agreement(engine_logp, trainer_logp)
     base = mean_diff if calibration is None else calibration
     drift = mean_diff - base if math.isfinite(mean_diff) and math.isfinite(base) else math.inf

@@ -346,6 +346,7 @@ class _TrainingLoop:
                         opd=record["opd/loss"],
                         now=None,
                     )
+            self.guard.at_end(cfg.steps)  # the last update skipped: its weights made the loss non-finite
             summary = _write_summary(cfg, info, self.run_dir, self.start_step, trained, t_run) if info.is_main else {}
             if trained == 0:
                 raise UserError(

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from seedcli.envs import get_env
 from seedcli.envs.alfworld.prompt import render_agent_prompt
+from seedcli.errors import NonFiniteValue
 from seedcli.prompts import SKILL_HEADING
 from seedcli.records import Trajectory, Turn
 from seedcli.rl.logprobs import Scorer, score_responses
@@ -208,3 +209,7 @@ def test_probe_check():
         check_probe([-1.0, -2.0, -3.0], [-1.0, -2.0], tol=1e-3, step=1)
     m, warnings = check_probe([math.nan], [-1.0], tol=1e-3, step=1)
     assert m["sync/probe_drift"] == math.inf and warnings
+    # the trainer's own log-probs non-finite (rl lr=1e30 --steps 1 ended "complete" with such weights): a failed run
+    for bad in (math.inf, -math.inf, math.nan):
+        with pytest.raises(NonFiniteValue, match=r"^update 1: the trainer's log-probs .* non-finite \(1 of 2 tokens\)"):
+            check_probe([-1.0, -2.0], [-1.0, bad], tol=1e-3, step=1)

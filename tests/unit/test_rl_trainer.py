@@ -164,15 +164,27 @@ def test_non_finite_loss_skips_the_step_and_names_the_cause():
 
 def test_guard_stops_after_three_in_a_row():
     g = NonFiniteGuard(limit=3)
-    with pytest.warns(RuntimeWarning, match="update 1 skipped"):
-        g.observe(1, True, "non-finite actor/kl")
+    g.observe(1, True, "non-finite actor/kl")
+    assert g.streak == 1
     g.observe(2, False, None)
     assert g.streak == 0
-    with pytest.warns(RuntimeWarning):
-        g.observe(3, True, "a")
-        g.observe(4, True, "b")
-        with pytest.raises(TrainingStopped, match=r"stopped at update 5: .*3 updates in a row \(3..5\); last cause: c"):
-            g.observe(5, True, "c")
+    g.at_end(2)  # the last update trained: the run may complete
+    g.observe(3, True, "a")
+    g.observe(4, True, "b")
+    with pytest.raises(TrainingStopped, match=r"stopped at update 5: .*3 updates in a row \(3..5\); last cause: c"):
+        g.observe(5, True, "c")
+
+
+def test_a_run_whose_last_updates_were_skipped_does_not_complete():
+    # rl lr=1e30 --steps 2 ended "complete" with update 2's loss NaN and exported the weights that made it NaN
+    g = NonFiniteGuard(limit=3)
+    g.observe(1, False, None)
+    g.observe(2, True, "non-finite actor/pg_loss in mini-batch 1")
+    with pytest.raises(TrainingStopped, match=r"stopped at update 2: the run ended with update 2 skipped .*pg_loss"):
+        g.at_end(2)
+    g.observe(3, True, "b")
+    with pytest.raises(TrainingStopped, match=r"ended with updates 2..3 skipped .*last cause: b"):
+        g.at_end(3)
 
 
 def test_stall_watch_says_once_per_streak_of_updates_without_a_win():
