@@ -9,10 +9,10 @@ with another goal's oracle, by more than MARGIN nats a token on average. A skill
 no such margin (measured here), and one truncated away gives both sides the very same teacher prompt (checked here),
 hence a margin of exactly 0, as one placed after the reply does (the reply's tokens attend only to what precedes them).
 
-Why WebShop: `seed probe` measured SmolLM2-135M (not trained on any of these tasks) on 64 expert-played EZPoints games:
-its own game's formula and another game's raise the action token alike (margin −0.003 nats: the model does not read
-the formula), so EZPoints cannot tell a lost skill from a kept one at this scale. On WebShop the oracle names the very
-strings the expert clicks (product ids, options), which the model partly copies. MARGIN is under half the margin
+Why WebShop: on EZPoints SmolLM2-135M (not trained on any of these tasks) barely reads the formula: `seed probe` on 64
+expert-played games measured its own game's oracle over another game's at +0.030 ± 0.009 nats an action token (this
+test's first, EZPoints form measured −0.003 on 12 games), too close to 0 to tell a lost skill from a kept one. On
+WebShop the oracle names the very strings the expert clicks (product ids, options), which the model partly copies. MARGIN is under half the margin
 measured with this test's 8 goals (+0.33 nats a token; 12 goals gave +0.29 ± 0.07 over 137 action tokens), so rounding
 or another CPU cannot flip it, while a lost skill cannot reach it (on the wrong episode: −0.16; cut away: exactly 0).
 """
