@@ -112,6 +112,13 @@ def summarise(turns: Sequence[TurnScores], contexts: Sequence[str] = CONTEXTS) -
     return out
 
 
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of paired differences (one per episode or task) and its standard error; nan with one value."""
+    n = len(values)
+    mean = sum(values) / n
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else float("nan")
+
+
 # (context, its control): what the skill's own information does, beyond any skill's presence, is the first minus the
 # second on the same action tokens
 CONTRASTS = (("own", "shuffled"), ("oracle", "oracle_shuffled"))
@@ -129,12 +136,10 @@ def contrasts(turns: Sequence[TurnScores], pairs: Sequence[tuple[str, str]] = CO
                 sel = torch.tensor(t.action)
                 by_episode.setdefault(t.episode, []).append((t.logp[ctx] - t.logp[control])[sel])
         means = [float(torch.cat(ds).double().mean()) for ds in by_episode.values()]
-        n = len(means)
-        if not n:
+        if not means:
             continue
-        mean = sum(means) / n
-        se = math.sqrt(sum((m - mean) ** 2 for m in means) / (n - 1) / n) if n > 1 else float("nan")
-        out[f"{ctx}-{control}"] = {"episodes": n, "action_delta_mean": mean, "action_delta_se": se,
+        mean, se = mean_se(means)
+        out[f"{ctx}-{control}"] = {"episodes": len(means), "action_delta_mean": mean, "action_delta_se": se,
                                    "up": sum(m > 0 for m in means), "down": sum(m < 0 for m in means)}  # fmt: skip
     return out
 
@@ -147,8 +152,7 @@ def paired_gap(base: dict[str, bool], other: dict[str, bool]) -> dict[str, Any]:
         return {"tasks": 0}
     diffs = [float(other[t]) - float(base[t]) for t in tasks]
     n = len(diffs)
-    mean = sum(diffs) / n
-    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else float("nan")
+    mean, se = mean_se(diffs)
     return {
         "tasks": n,
         "success_none": sum(base[t] for t in tasks) / n,
