@@ -13,15 +13,15 @@ from collections import Counter
 
 import orjson
 
-from seedcli.envs.ezpoints.expert import oracle_formula
+from seedcli.envs.ezpoints.expert import card_pair
 
 
 def states_formula(task: str, text: str) -> bool:
     """Whether `text` writes the winning formula of the cards in `task` (`a op b = 12`, either order of the cards)."""
-    found = re.search(r"(\d+) ([+*]) (\d+) = 12", oracle_formula(task) or "")
-    if not found:
+    pair = card_pair(task)  # the values and operator the expert (and the oracle skill) computes
+    if pair is None:
         return False
-    a, op, b = found.groups()
+    a, b, op = pair
     op = re.escape(op)
     return bool(re.search(rf"\b{a}\s*{op}\s*{b}\s*=\s*12|\b{b}\s*{op}\s*{a}\s*=\s*12", text))
 

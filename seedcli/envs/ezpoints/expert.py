@@ -53,7 +53,7 @@ def _card_value(name: str) -> int | None:
     return int(rank) if rank.isdigit() else None
 
 
-def _card_pair(task: str) -> tuple[int, int, str] | None:
+def card_pair(task: str) -> tuple[int, int, str] | None:
     """(a, b, the operator that makes 12) of the task line `task` naming two cards; None otherwise."""
     values = [_card_value(name) for name in str(task).split(" and ")]
     if len(values) != 2 or None in values:
@@ -65,7 +65,7 @@ def _card_pair(task: str) -> tuple[int, int, str] | None:
 def oracle_formula(task: str) -> str | None:
     """What the expert knows before playing the game of task line `task`: the two card values, the formula that
     makes 12 and the characters to append in order; None when the task line does not name two cards."""
-    pair = _card_pair(task)
+    pair = card_pair(task)
     if pair is None:
         return None
     a, b, op = pair
@@ -76,7 +76,7 @@ def demo_thought(task: str, formula: str, action: str) -> str | None:
     """The arithmetic the expert's move `action` follows from, in words the prompt supports: the two card values of
     the task line `task`, the formula that makes 12, the formula so far and so the next character (the prompt shows
     cards and formula); None when the task line does not name two cards."""
-    pair = _card_pair(task)
+    pair = card_pair(task)
     if pair is None:
         return None
     a, b, op = pair
