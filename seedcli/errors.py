@@ -22,3 +22,13 @@ class NonFiniteValue(UserError):
     def __init__(self, message: str, rows: list[dict] | None = None):
         super().__init__(message)
         self.rows = list(rows or [])
+
+
+class EnvFault(UserError):
+    """An environment's own code broke the protocol (a user's class: its reset or step raised, returned the wrong
+    shape, a reward that is not a finite number): one line naming the class, the method, the task and the step, exit
+    code 2; `detail` is the traceback, which the CLI writes to the run's log instead of the screen."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from seedcli.errors import UserError
+from seedcli.errors import EnvFault, UserError
 
 err_console = Console(stderr=True)
 
@@ -30,9 +30,9 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def crash_log(exc: BaseException, stage: str, runs_dir: str | None) -> Path:
-    """Write the traceback of an unexpected error to a log file (in the run directory when one is left, else
-    <runs_dir>/logs/) and return its path."""
+def crash_log(exc: BaseException, stage: str, runs_dir: str | None, detail: str = "") -> Path:
+    """Write the traceback of an unexpected error (or `detail`, one an environment's worker sent) to a log file (in
+    the run directory when one is left, else <runs_dir>/logs/) and return its path."""
     from seedcli.artifacts import CURRENT_RUN
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -40,7 +40,7 @@ def crash_log(exc: BaseException, stage: str, runs_dir: str | None) -> Path:
         path = CURRENT_RUN / f"error-{stamp}.log"
     else:
         path = Path(runs_dir or "runs") / "logs" / f"{stamp}-{stage}.log"
-    text = f"seed {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(exc))
+    text = f"seed {' '.join(sys.argv[1:])}\n\n" + (detail or "".join(traceback.format_exception(exc)))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -73,6 +73,9 @@ def cli_errors(
     in a log under `runs_dir()`, read only then: the config may not have been built)."""
     try:
         yield
+    except EnvFault as exc:  # the environment's own fault: its one line, the traceback in the run's log
+        log = crash_log(exc, command, runs_dir(), exc.detail) if exc.detail else None
+        raise fail(f"{exc} (traceback in {log})" if log else str(exc), exc.exit_code) from None
     except UserError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except KeyboardInterrupt:

@@ -394,6 +394,17 @@ class RLConfig(RolloutConfig):
             )
         return v
 
+    @field_validator("opd_form", "skill_control", "opd_contrast")
+    @classmethod
+    def _grpo_has_no_teacher(cls, v: str, info: ValidationInfo) -> str:
+        algo = info.data.get("algo")
+        if algo in ("grpo", "gigpo") and v != cls.model_fields[info.field_name].default:
+            raise ValueError(
+                f"--algo {algo} has no OPD teacher, so {info.field_name}={v} would change nothing; drop it, or use "
+                "--algo seed"
+            )
+        return v
+
     @field_validator("leak_guard")
     @classmethod
     def _the_oracle_leaks_on_purpose(cls, v: str, info: ValidationInfo) -> str:

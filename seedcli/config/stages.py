@@ -10,6 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from seedcli.config.base import _ENV_DEFAULT, StageConfig, _dtype_field, _dtype_value, _env_defaults, _env_name, _nohash
 from seedcli.envs import env_class
+from seedcli.envs.base import MAX_STEPS
 from seedcli.errors import UserError
 
 
@@ -51,6 +52,7 @@ class RolloutConfig(StageConfig):
     max_steps: int = Field(
         30,
         ge=1,
+        le=MAX_STEPS,
         description="steps per episode before it ends unwon (default: the environment's: alfworld 30, webshop 15, "
         "search 4, sokoban 15, ezpoints 8)",
         json_schema_extra=_ENV_DEFAULT,
@@ -260,7 +262,10 @@ class WarmStartConfig(StageConfig):
         0.2, ge=0.0, lt=1.0, description="share of turns that play a random admissible action (labelled: the expert's)"
     )
     max_steps: int | None = Field(
-        None, ge=1, description="turns per demonstration (default: 40 on alfworld, the environment's own elsewhere)"
+        None,
+        ge=1,
+        le=MAX_STEPS,
+        description="turns per demonstration (default: 40 on alfworld, the environment's own elsewhere)",
     )
     history: int | None = Field(
         None, ge=0, description="past turns in the prompt (default: 5 on alfworld, the environment's own elsewhere)"

@@ -57,6 +57,9 @@ from seedcli.errors import UserError
 from seedcli.prompts import ORACLE_PREFIX, insert_after_line, insert_step_skill
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# the longest turn limit (`max_steps`) an environment or a run may set: an episode that never ends shows no progress
+# until it does, so a limit far above any game's is refused rather than played for hours (docs/environments.md)
+MAX_STEPS = 1000
 
 
 def find_data_root(
@@ -347,6 +350,10 @@ class Environment(ABC):
             return plan
         finally:
             game.close()
+
+    def no_expert(self) -> str:
+        """Why this environment (with its options) has no expert to play or to plan from ("" when it has one)."""
+        return "" if True in self.expert_modes else f"{self.title} has no expert"
 
     def oracle_skill(self, trajectory) -> str | None:
         """The privileged text `--analyzer oracle` gives the teacher for this episode's task: what the expert knows

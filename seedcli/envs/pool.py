@@ -28,7 +28,7 @@ from typing import Any
 
 from seedcli.envs import get_env
 from seedcli.envs.base import EnvGame, Environment, StepResult, Task
-from seedcli.errors import UserError
+from seedcli.errors import EnvFault, UserError
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,7 +148,7 @@ class EnvPool:
             raise UserError(f"env workers must be >= 0, got {workers}")
         if expert not in env.expert_modes:
             if env.expert_modes == (False,):
-                raise UserError(f"{env.title} has no expert; play it with the model or the random policy")
+                raise UserError(f"{env.no_expert()}; play it with the model or the random policy")
             raise ValueError(f"{env.name}: expert must be one of {env.expert_modes}, got {expert!r}")
         self.env = env
         self.workers = workers
@@ -221,6 +221,8 @@ class EnvPool:
             task = self._slot_task.get(slot, "?")
             if exc_type == "UserError":
                 raise UserError(message)
+            if exc_type == "EnvFault":  # the environment's own fault: its one line, the worker's traceback kept
+                raise EnvFault(message, tb)
             raise RuntimeError(f"env worker {w} failed on {kind} of slot {slot} ({task}): {exc_type}: {message}\n{tb}")
         return results  # type: ignore[return-value]
 

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 
-from seedcli.envs.base import Environment
+from seedcli.envs.base import MAX_STEPS, Environment
 from seedcli.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,8 @@ def _cwd_on_path() -> None:
 
 def protocol_problem(cls: object) -> str:
     """What `cls` lacks to be an environment ("" when nothing): an Environment subclass, every abstract method
-    written (a TextEnv: tasks, reset and step), the class attributes the protocol reads."""
+    written (a TextEnv: tasks, reset and step), the class attributes the protocol reads, a turn limit within
+    `MAX_STEPS`."""
     if not (inspect.isclass(cls) and issubclass(cls, Environment)):
         what = f"class {cls.__name__}" if inspect.isclass(cls) else type(cls).__name__
         return f"{what} is not a subclass of seedcli.envs.TextEnv (or seedcli.envs.Environment)"
@@ -198,4 +199,10 @@ def protocol_problem(cls: object) -> str:
     absent = [a for a in REQUIRED_ATTRIBUTES if not hasattr(cls, a)]
     if absent:
         return f"{cls.__name__} does not set {', '.join(absent)} (TextEnv sets them all by default)"
+    steps = cls.max_steps
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
+        return (
+            f"{cls.__name__}.max_steps = {steps!r}: the turn limit must be a whole number from 1 to {MAX_STEPS} "
+            "(an episode that never ends would show no progress)"
+        )
     return ""

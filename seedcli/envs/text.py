@@ -29,7 +29,7 @@ Optional, each with its default:
     close(self)                        release what reset opened
 
 Class attributes a subclass may set: `title` (the class name), `instructions` (a paragraph the prompt shows under its
-first line: the rules, the action format), `max_steps` 10, `history` 3, `splits` (train and test), `eval_splits`,
+first line: the rules, the action format), `max_steps` 10 (at most `MAX_STEPS`, 1000), `history` 3, `splits` (train and test), `eval_splits`,
 `val_split`, `image_size` (image observations, below), and the reward convention of docs/design.md §1:
 `success_reward` 10 · won − `invalid_penalty` 0.1 per invalid reply, normalised over a group (`advantage_norm`).
 An observation may be an `Observation(text, image)`: with `image_size = (height, width)` set, every observation
@@ -40,13 +40,22 @@ task: `insert_skill`), the last `history` observations with the actions taken, t
 admissible actions when there are any, and "Now it's your turn": think inside <think> </think>, act inside <action>
 </action>. A reply without both is invalid (`parse_action`); its text is still sent. Reports show success (headline)
 and score (the return, clipped to [0, 1]).
+
+Every call into the class is checked where it is made (`TextGame`, the socket): an exception, a step that is not
+(observation, reward, done[, info]), a reward that is not a finite number, an observation that is not a str (bytes,
+a lone surrogate), or a split with no tasks is one line naming the class, the method, the task and the step
+(`EnvFault`, exit 2; the traceback goes to the run's log). A plug-in plays one step before a stage loads a model
+(`check_plays`).
 """
 
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 import random
 import re
+import traceback
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Sequence
@@ -56,7 +65,7 @@ from typing import Any, ClassVar
 
 from seedcli.envs.base import Environment, StepResult, Task, encode_png
 from seedcli.envs.card import EnvCard
-from seedcli.errors import UserError
+from seedcli.errors import EnvFault, UserError
 from seedcli.prompts import IMAGE_PLACEHOLDER, insert_after_line
 
 TASK_LINE = "Your task: "
@@ -64,6 +73,7 @@ TURN_LINE = (
     "Now it's your turn: reason step by step inside <think> </think>, then write your {tag} inside <{tag}> </{tag}>."
 )
 DEFAULT_CATEGORY = "all"
+DOCS_FAULTS = "docs/environments.md#when-it-breaks-the-protocol"
 
 
 @dataclass(frozen=True)
@@ -174,7 +184,22 @@ class TextEnv(Environment):
     def _tasks(self, split: str) -> dict[str, tuple[Task, Any]]:
         cache = self.__dict__.setdefault("_task_cache", {})
         if split not in cache:
-            cache[split] = _index_tasks(self.title, split, list(self.tasks(split)))
+            where = f"{type(self).__name__}.tasks({split!r})"
+            try:
+                items = list(self.tasks(split))
+            except UserError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the class's own error: one line, the traceback kept
+                why = " ".join(str(exc).split())[:300]
+                raise EnvFault(
+                    f"{where} raised {type(exc).__name__}: {why} (environment {self.name}); see {DOCS_FAULTS}",
+                    traceback.format_exc(),
+                ) from exc
+            if not items:
+                raise UserError(
+                    f"{where} returned no tasks (environment {self.name}): a split to play needs at least one"
+                )
+            cache[split] = _index_tasks(self.title, split, items)
         return cache[split]
 
     def canonical_category(self, name: str) -> str | None:
@@ -187,6 +212,18 @@ class TextEnv(Environment):
 
     def new_game(self, expert: bool | str = False) -> TextGame:
         return TextGame(self, bool(expert))
+
+    def check_plays(self, split: str) -> None:
+        """Play `split`'s first task for one step (a random reply) in this process: a class that breaks the protocol
+        fails here, in its first second, with the `EnvFault` play would raise later (the stages run it on a plug-in
+        before they load a model)."""
+        game = self.new_game()
+        try:
+            first = game.reset(self.list_tasks(split)[0])
+            if not first.done:
+                game.step(self.parse_action(self.random_response(first, random.Random(0)))[0])
+        finally:
+            game.close()
 
     def frame_size(self) -> tuple[int, int] | None:
         return tuple(self.image_size) if self.image_size is not None else None
@@ -253,45 +290,64 @@ class TextEnv(Environment):
 
 
 class TextGame:
-    """One episode slot of a TextEnv: a fresh instance of the class plays it."""
+    """One episode slot of a TextEnv: a fresh instance of the class plays it. Every call into the class passes
+    through here (the socket): an exception, a wrong shape, a reward that is not a finite number or an observation
+    that is not text is an `EnvFault`, one line naming the class, the method, the task and the step."""
 
     def __init__(self, env: TextEnv, expert: bool = False):
         self.env = env
-        self.play = type(env)(env.data_root, **env.options)
         self.expert = expert
         self.task = ""
+        self.label: str | None = None
+        self.steps = 0
         self.total = 0.0
+        self.play = self._call("__init__", lambda: type(env)(env.data_root, **env.options))
 
     def reset(self, task: Task) -> StepResult:
         value = self.env.task_value(task)
-        self.total = 0.0
-        first = self.play.reset(value)
-        self.task = str(self.play.task_text(value))  # after reset: a game may learn its task's text there
-        return self._result(first, 0.0, False, {})
+        self.total, self.steps, self.label = 0.0, 0, task.label
+        first = self._call("reset", self.play.reset, value)
+        # after reset: a game may learn its task's text there
+        self.task = self._text("task_text", self._call("task_text", self.play.task_text, value), "the task text")
+        return self._result("reset", first, 0.0, False, {})
 
     def step(self, action: str) -> StepResult:
-        out = self.play.step(action)
+        self.steps += 1
+        out = self._call("step", self.play.step, action)
         if not isinstance(out, tuple) or len(out) not in (3, 4):
-            raise TypeError(f"{type(self.play).__name__}.step must return (observation, reward, done[, info])")
+            shape = f"a {len(out)}-tuple" if isinstance(out, tuple) else f"a {type(out).__name__}"
+            raise self._fault("step", f"returned {shape}, not (observation, reward, done[, info])")
         observation, reward, done, info = (*out, {}) if len(out) == 3 else out
+        if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+            raise self._fault("step", f"returned the reward {reward!r} ({type(reward).__name__}), not a number")
+        if not math.isfinite(reward):
+            raise self._fault("step", f"returned the reward {float(reward)}, not a finite number")
+        if not isinstance(info, dict | None):
+            raise self._fault("step", f"returned info of type {type(info).__name__}, not a dict")
         self.total += float(reward)
-        return self._result(observation, float(reward), bool(done), dict(info or {}))
+        return self._result("step", observation, float(reward), bool(done), dict(info or {}))
 
-    def _result(self, observation: str | Observation, reward: float, done: bool, info: dict) -> StepResult:
+    def _result(self, method: str, observation: Any, reward: float, done: bool, info: dict) -> StepResult:
         text, image = (
             (observation.text, observation.image) if isinstance(observation, Observation) else (observation, None)
         )
+        text = self._text(method, text, "an observation")
         if image is not None and not isinstance(image, bytes):
-            image = encode_png(image)
-        won = self.play.is_won(self.total, done)
-        admissible = None if done else self.play.admissible()
+            image = self._call(method, encode_png, image)
+        won = bool(self._call("is_won", self.play.is_won, self.total, done))
+        admissible = None if done else self._call("admissible", self.play.admissible)
+        if admissible is not None and not isinstance(admissible, list | tuple):
+            raise self._fault("admissible", f"returned a {type(admissible).__name__}, not a list of actions or None")
+        if admissible is not None:
+            admissible = [self._text("admissible", a, "an admissible action") for a in admissible]
+        expert = self._call("expert", self.play.expert) if self.expert and not (done or won) else None
         return StepResult(
-            observation=str(text),
-            admissible=list(admissible) if admissible is not None else None,
+            observation=text,
+            admissible=admissible,
             won=won,
             done=done or won,
             task=self.task,
-            expert_action=self.play.expert() if self.expert and not (done or won) else None,
+            expert_action=self._text("expert", expert, "the expert's action") if expert is not None else None,
             reward=reward,
             score=min(1.0, max(0.0, self.total)),
             info={**info, "return": round(self.total, 6)},
@@ -299,7 +355,44 @@ class TextGame:
         )
 
     def close(self) -> None:
-        self.play.close()
+        self._call("close", self.play.close)
+
+    # -- the socket's checks -------------------------------------------------------------------------------------
+
+    def _fault(self, method: str, problem: str, detail: str = "", fix: str = "") -> EnvFault:
+        where = f"task {self.label}, " if self.label is not None else ""
+        when = f"step {self.steps}" if self.steps else "at reset" if self.label is not None else "when made"
+        return EnvFault(
+            f"{type(self.env).__name__}.{method} {problem} (environment {self.env.name}, {where}{when}); "
+            f"{fix or f'see {DOCS_FAULTS}'}",
+            detail,
+        )
+
+    def _call(self, method: str, fn, *args):
+        """`fn(*args)`, a call into the class: its exception is an EnvFault (the traceback is its detail)."""
+        try:
+            return fn(*args)
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the class's own error: one line naming where, the traceback kept
+            why = " ".join(str(exc).split())[:300]
+            raise self._fault(method, f"raised {type(exc).__name__}: {why}", traceback.format_exc()) from exc
+
+    def _text(self, method: str, value: Any, what: str) -> str:
+        """`value` when it is text that a record can hold; else an EnvFault saying what it is."""
+        if isinstance(value, bytes | bytearray):
+            raise self._fault(method, f"returned {what} as bytes", fix="decode it to a str (e.g. .decode('utf-8'))")
+        if not isinstance(value, str):
+            raise self._fault(method, f"returned {what} of type {type(value).__name__}, not a str")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise self._fault(
+                method,
+                f"returned {what} holding the lone surrogate {value[exc.start]!r} at character {exc.start}, not text",
+                fix="decode bytes with errors='replace', not 'surrogateescape'",
+            ) from None
+        return value
 
 
 def _index_tasks(title: str, split: str, items: list) -> dict[str, tuple[Task, Any]]:

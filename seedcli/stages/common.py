@@ -12,7 +12,7 @@ from seedcli.config import RolloutConfig
 from seedcli.engines import load_engine
 from seedcli.engines.base import check_model_dir, is_vision_model  # noqa: F401 - the stages take check_model_dir here
 from seedcli.engines.tiny import model_hash
-from seedcli.envs import get_env
+from seedcli.envs import TextEnv, entry, get_env
 from seedcli.envs.base import Environment
 from seedcli.envs.pool import EnvPool
 from seedcli.errors import UserError
@@ -75,8 +75,13 @@ def check_model_sees(env: Environment, model_dir: Path, flag: str = "--model") -
 
 
 def make_env(cfg: RolloutConfig) -> Environment:
-    """The environment a rollout config names, with its data root and options."""
-    return get_env(cfg.env, data_root=cfg.data_root, **cfg.env_options)
+    """The environment a rollout config names, with its data root and options. A plug-in (`--env module:Class`, an
+    entry point) plays one step of the config's split first (`TextEnv.check_plays`), so a class that breaks the
+    protocol is one line before any model loads."""
+    env = get_env(cfg.env, data_root=cfg.data_root, **cfg.env_options)
+    if isinstance(env, TextEnv) and not entry(cfg.env).origin.startswith("built in"):
+        env.check_plays(env.resolve_split(getattr(cfg, "split", None) or env.train_split))
+    return env
 
 
 def settings_from(cfg: RolloutConfig) -> RolloutSettings:

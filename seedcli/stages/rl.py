@@ -48,6 +48,7 @@ from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, model_run
 from seedcli.config import RLConfig
 from seedcli.engines.base import check_gpus
 from seedcli.envs import get_env
+from seedcli.envs.base import Environment
 from seedcli.envs.pool import EnvPool
 from seedcli.errors import UserError
 from seedcli.images import IMAGES_DIR
@@ -119,6 +120,12 @@ def resolve_plan(cfg: RLConfig) -> Plan:
     if spec == "oracle":
         if cfg.algo == "sdar":
             raise UserError("--algo sdar distils from a fixed library: use --analyzer static:FILE, not oracle")
+        env = get_env(cfg.env, data_root=cfg.data_root, **cfg.env_options)
+        if type(env).oracle_skill is Environment.oracle_skill and env.no_expert():  # the default oracle: its plan
+            raise UserError(
+                f"--analyzer oracle: {env.no_expert()}, so there is no plan to give the teacher (the run would be "
+                "plain GRPO); use --analyzer self, rules or static:FILE, or an environment with an expert"
+            )
         return Plan("oracle", None, cfg.opd_coef, beta)
     raise UserError(f"--analyzer {spec!r}: use self | rules | oracle | static:FILE | none")
 

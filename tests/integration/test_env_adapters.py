@@ -96,6 +96,26 @@ def test_textarena_refuses_bad_games_in_one_line(tmp_path):
         get_env("textarena", test_size=0)
 
 
+def test_a_textarena_game_without_an_expert_says_so_in_one_line(tmp_path):
+    """Issue 62 §1: Mastermind has no expert; expert play (an empty action every turn, ending complete at 0%) and the
+    oracle's plan (plain GRPO) are refused before anything plays."""
+    pytest.importorskip("textarena")
+    from seedcli.config import RLConfig
+    from seedcli.stages.rl import resolve_plan
+
+    line = one_line_error("eval", "--env", "textarena", "--env-options", "{game: Mastermind-v0}", "--policy",
+                          "expert", "--runs-dir", str(tmp_path))  # fmt: skip
+    assert line == (
+        "error: TextArena's Mastermind-v0 has no expert (only GuessTheNumber and TowerOfHanoi have one); play it with "
+        "the model or the random policy"
+    )
+    assert not list(tmp_path.glob("eval/*"))  # no run left behind
+    with pytest.raises(UserError, match="--analyzer oracle: TextArena's Mastermind-v0 has no expert"):
+        resolve_plan(RLConfig(env="textarena", env_options={"game": "GuessTheNumber-v0,Mastermind-v0"},
+                              analyzer="oracle"))  # fmt: skip
+    assert resolve_plan(RLConfig(env="textarena", env_options={"game": "TowerOfHanoi"}, analyzer="oracle")).teacher
+
+
 # -- reasoning-gym ----------------------------------------------------------------------------------------------------
 
 

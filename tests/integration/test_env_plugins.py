@@ -120,3 +120,76 @@ def test_a_broken_entry_point_is_one_line_naming_its_package(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "entry point (package my-games)" in lines[0] and "No module named 'gone_module'" in lines[0]
+
+
+# -- issue 62 §2: a user's environment fault is the user's, in one line --------------------------------------------
+
+FAULTY = """from seedcli.envs import TextEnv
+
+
+class Game(TextEnv):
+    def tasks(self, split):
+        if split == "train":
+            raise FileNotFoundError("train.json")
+        return ["a", "b"]
+
+    def reset(self, task):
+        self.task, self.n = task, 0
+        return "start"
+
+    def step(self, action):
+        self.n += 1
+        if self.task == "b" and self.n == 2:
+            raise ValueError("the board broke")
+        return "going", 0.0, self.n >= 2
+
+
+class TwoTuple(Game):
+    def step(self, action):
+        return "going", 0.0
+"""
+
+
+def test_an_environment_fault_is_one_line_and_the_run_fails_with_it(tmp_path):
+    """Task b's second step raises in an env worker: one line naming the class, the method, the task and the step
+    (exit 2, not the "please report it" crash), the run `failed` with it and the traceback in the run's log."""
+    (tmp_path / "faulty_games.py").write_text(FAULTY, encoding="utf-8")
+    runs = tmp_path / "runs"
+    # one episode at a time: task a's is written before task b's fails, so the run is kept (failed), not removed
+    proc = cli(tmp_path, "eval", "--env", "faulty_games:Game", "--policy", "random", "--workers", "2",
+               "--runs-dir", str(runs), "gen_batch=1", check=False)  # fmt: skip
+    line = proc.stderr.strip().splitlines()[-1]
+    [run_dir] = (runs / "eval").iterdir()
+    [log] = run_dir.glob("error-*.log")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "unexpected" not in proc.stderr, proc.stderr
+    fault = (
+        "Game.step raised ValueError: the board broke (environment faulty_games:Game, task b, step 2); see "
+        "docs/environments.md#when-it-breaks-the-protocol"
+    )
+    assert line == f"error: {fault} (traceback in {log})"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["error"] == f"EnvFault: {fault}"
+    assert 'raise ValueError("the board broke")' in log.read_text()  # the worker's traceback, the user's own line
+    # `seed envs` describes the class, and the split whose tasks() raises says so (it was the crash path)
+    listed = cli(tmp_path, "envs", "--env", "faulty_games:Game")
+    assert "Game.tasks('train') raised FileNotFoundError: train.json" in listed.stdout
+    assert (
+        listed.stderr == "" and "split test (also: eval, valid) [eval default, rl validation]: 2 tasks" in listed.stdout
+    )
+
+
+def test_a_class_of_the_wrong_shape_fails_before_a_model_loads(tmp_path, monkeypatch):
+    """A step that returns a 2-tuple is found by one step played when the stage starts, not after the model loads
+    (here: before the missing model is even looked at)."""
+    from seedcli.config import CollectConfig
+    from seedcli.errors import EnvFault
+    from seedcli.stages import collect
+
+    (tmp_path / "shape_games.py").write_text(FAULTY, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = CollectConfig(env="shape_games:TwoTuple", split="test", model=str(tmp_path / "no_model"),
+                        runs_dir=str(tmp_path / "runs"))  # fmt: skip
+    with pytest.raises(EnvFault, match=r"^TwoTuple.step returned a 2-tuple, not \(observation, reward, done\[, info\]\) "
+                                       r"\(environment shape_games:TwoTuple, task a, step 1\)"):  # fmt: skip
+        collect.run(cfg)
+    assert not (tmp_path / "runs").exists()

@@ -38,6 +38,29 @@ def test_static_analyzer_and_errors(tmp_path):
         resolve_plan(RLConfig(analyzer=f"static:{tmp_path / 'missing.json'}"))
 
 
+def test_oracle_without_an_expert_is_refused_before_the_run(tmp_path):
+    """Issue 62 §1: it ended `complete` as plain GRPO (`opd/valid_skill_frac 0`)."""
+    from seedcli.stages import rl
+
+    no_expert = RLConfig(env="tests.unit.test_text_env:NoExpert", analyzer="oracle", runs_dir=str(tmp_path),
+                         model=str(tmp_path / "no_model"))  # fmt: skip
+    with pytest.raises(UserError, match=r"^--analyzer oracle: NoExpert has no expert, so there is no plan to give"):
+        rl.run(no_expert)  # before the model is looked at or a run directory is made
+    assert not (tmp_path / "rl").exists()
+    assert resolve_plan(RLConfig(env="tests.unit.test_text_env:Countdown", analyzer="oracle")).analyzer == "oracle"
+
+
+def test_teacher_settings_under_grpo_are_refused():
+    """Issue 62 §1: opd_form, skill_control and opd_contrast change nothing without an OPD teacher."""
+    for setting in ("opd_form=signed", "skill_control=shuffled", "opd_contrast=shuffled"):
+        for algo in ("grpo", "gigpo"):
+            with pytest.raises(
+                UserError, match=rf"--algo {algo} has no OPD teacher, so {setting} would change nothing"
+            ):
+                build_config("rl", overrides=[f"algo={algo}", setting])
+        build_config("rl", overrides=["algo=seed", setting])  # where it does something
+
+
 def test_world_size_and_conflicts():
     assert world_size(RLConfig(nproc=3)) == 3
     with pytest.raises(UserError, match="not both"):

@@ -4,6 +4,7 @@ docstring says; a class that lacks what the protocol needs is named in one line.
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 
@@ -15,7 +16,7 @@ from seedcli.envs.base import Task
 from seedcli.envs.pool import EnvPool
 from seedcli.envs.registry import protocol_problem
 from seedcli.envs.text import generic_rules_skill
-from seedcli.errors import UserError
+from seedcli.errors import EnvFault, UserError
 from seedcli.prompts import SKILL_HEADING, STEP_SKILL_HEADING
 from seedcli.records import Trajectory, Turn
 
@@ -113,7 +114,7 @@ def test_a_game_plays_one_instance_per_slot_with_the_documented_outcome():
 
     game = Broken().new_game()
     game.reset(Task("a", "all", "train"))
-    with pytest.raises(TypeError, match="Broken.step must return \\(observation, reward, done\\[, info\\]\\)"):
+    with pytest.raises(EnvFault, match="Broken.step returned a str, not \\(observation, reward, done\\[, info\\]\\)"):
         game.step("x")
 
 
@@ -226,3 +227,125 @@ def test_the_registry_resolves_module_paths_and_names_what_a_class_lacks(tmp_pat
 
     assert protocol_problem(Partial) == "Partial does not define reset, step"
     assert protocol_problem(int) == "class int is not a subclass of seedcli.envs.TextEnv (or seedcli.envs.Environment)"
+
+
+# -- issue 62 §1-§2: a class that breaks the protocol is one line naming the class, the method, the task and the step
+
+
+class Faulty(NoExpert):  # it and its subclasses keep the registry name `noexpert`
+    """Plays two steps; what its second step returns is the class attribute `second` (a fault under test)."""
+
+    second: tuple = ("fine", 0.0, True)
+
+    def reset(self, task):
+        self.n = 0
+        return "start"
+
+    def step(self, action):
+        self.n += 1
+        return self.second if self.n == 2 else ("going", 0.0, False)
+
+
+def _second_step(second: tuple):
+    game = type("Game", (Faulty,), {"second": second})().new_game()
+    game.reset(Task("b", "all", "train"))
+    game.step("x")
+    return game.step("x")
+
+
+@pytest.mark.parametrize(
+    ("reward", "says"),
+    [
+        (math.nan, "the reward nan, not a finite number"),  # was stored as null and counted as a loss
+        (-math.inf, "the reward -inf, not a finite number"),
+        (math.inf, "the reward inf, not a finite number"),  # was counted as a win
+        ("1", "the reward '1' (str), not a number"),  # was float('1'): a win
+        (None, "the reward None (NoneType), not a number"),
+    ],
+)
+def test_a_reward_that_is_not_a_finite_number_is_an_environment_fault(reward, says):
+    with pytest.raises(EnvFault) as fault:
+        _second_step(("obs", reward, True))
+    line = str(fault.value)
+    assert line.startswith(f"Game.step returned {says} (environment noexpert, task b, step 2); ") and "\n" not in line
+
+
+def test_an_observation_as_bytes_is_an_environment_fault():
+    with pytest.raises(EnvFault, match=r"Game.step returned an observation as bytes \(environment noexpert, task b, "
+                                       r"step 2\); decode it to a str"):  # fmt: skip
+        _second_step((b"\xff\xfe", 0.0, False))  # was the text "b'\\xff\\xfe'"
+    assert _second_step(("ünïcode ✓", 1.0, True)).observation == "ünïcode ✓"
+
+
+def test_an_observation_holding_a_lone_surrogate_is_an_environment_fault():
+    with pytest.raises(EnvFault, match=r"Game.step returned an observation holding the lone surrogate '\\udcff' at "
+                                       r"character 1, not text \(environment noexpert, task b, step 2\)"):  # fmt: skip
+        _second_step(("x\udcff", 0.0, False))  # crashed later, when the episode was written
+
+
+def test_a_method_that_raises_or_returns_the_wrong_shape_is_an_environment_fault_with_its_traceback():
+    class Raises(Faulty):
+        def step(self, action):
+            raise KeyError("the board")
+
+    game = Raises().new_game()
+    game.reset(Task("a", "all", "train"))
+    with pytest.raises(EnvFault) as fault:
+        game.step("x")
+    assert str(fault.value).startswith(
+        "Raises.step raised KeyError: 'the board' (environment noexpert, task a, step 1)"
+    )
+    assert "Traceback" in fault.value.detail and 'raise KeyError("the board")' in fault.value.detail
+
+    class ResetRaises(Faulty):
+        def reset(self, task):
+            return 1 / 0
+
+    with pytest.raises(EnvFault, match=r"ResetRaises.reset raised ZeroDivisionError: division by zero \(environment "
+                                       r"noexpert, task a, at reset\)"):  # fmt: skip
+        ResetRaises().new_game().reset(Task("a", "all", "train"))
+    with pytest.raises(EnvFault, match=r"Game.step returned a 2-tuple, not \(observation, reward, done\[, info\]\)"):
+        _second_step(("obs", 1.0))
+
+
+def test_an_empty_split_is_refused():
+    class Empty(NoExpert):
+        def tasks(self, split):
+            return [] if split == "test" else ["a"]
+
+    with pytest.raises(UserError, match=r"Empty.tasks\('test'\) returned no tasks \(environment noexpert\)"):
+        Empty().list_tasks("test")  # was a complete eval over 0 episodes
+    assert [t.task_id for t in Empty().list_tasks("train")] == ["a"]
+
+
+def test_tasks_that_raise_are_an_environment_fault():
+    class NoFile(NoExpert):
+        def tasks(self, split):
+            raise FileNotFoundError("tasks.json")
+
+    with pytest.raises(EnvFault, match=r"NoFile.tasks\('train'\) raised FileNotFoundError: tasks.json"):
+        NoFile().list_tasks("train")
+
+
+def test_check_plays_finds_a_step_of_the_wrong_shape():
+    class TwoTuple(Faulty):
+        def step(self, action):
+            return "obs", 0.0
+
+    with pytest.raises(EnvFault, match=r"TwoTuple.step returned a 2-tuple, .*\(environment noexpert, task a, step 1\)"):
+        TwoTuple().check_plays("train")
+    Countdown().check_plays("test")  # a class that keeps the protocol passes
+
+
+def test_a_turn_limit_above_max_steps_is_refused_when_the_class_loads():
+    class Forever(Countdown):
+        max_steps = 10**9
+
+    assert protocol_problem(Forever) == (
+        "Forever.max_steps = 1000000000: the turn limit must be a whole number from 1 to 1000 (an episode that never "
+        "ends would show no progress)"
+    )
+    from seedcli.config import EvalConfig
+
+    with pytest.raises(ValueError, match="less than or equal to 1000"):
+        EvalConfig(env="ezpoints", max_steps=10**9)

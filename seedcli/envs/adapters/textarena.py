@@ -13,7 +13,8 @@ the player (1 for a win, TextArena's share of progress otherwise), and a reward 
 
 TextArena seeds Python's global `random` at reset and draws from it while playing; each game here keeps a generator
 state of its own and swaps it in around every call, so games hosted side by side in one process replay exactly.
-Experts where the game has an obvious one: binary search for GuessTheNumber, the optimal moves for TowerOfHanoi.
+Experts where the game has an obvious one: binary search for GuessTheNumber, the optimal moves for TowerOfHanoi; a
+game without one (Mastermind) refuses expert play and `--analyzer oracle` in one line (`no_expert`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ PYPI = "textarena==0.7.4"
 EXTRA = "textarena"
 TITLE = "TextArena"
 TEST_OFFSET = 1_000_000  # the test split's first seed
+EXPERT_GAMES = ("GuessTheNumber", "TowerOfHanoi")  # the games `expert` plays (any of their versions)
 
 
 def _library():
@@ -110,6 +112,15 @@ class TextArenaEnv(TextEnv):
         self.game: Any = None
         self.rules = ""
         self.rng_state: Any = None
+        if self.no_expert():  # expert play and the oracle's plan need an expert for every game played
+            self.expert_modes = (False,)
+
+    def no_expert(self) -> str:
+        missing = [g for g in self.opts.game.split(",") if g.split("-")[0] not in EXPERT_GAMES]
+        if not missing:
+            return ""
+        has = "has" if len(missing) == 1 else "have"
+        return f"TextArena's {', '.join(missing)} {has} no expert (only {' and '.join(EXPERT_GAMES)} have one)"
 
     def resolve_data_root(self) -> Path:
         """TextArena's own folder: the games are its own (a `data_root` given is kept)."""
