@@ -66,7 +66,9 @@ class StageProgress:
         if now - self._last >= self._every or self.done >= self.total:
             self._last = now
             elapsed = now - self._t0
-            print(f"[{self.label}] {self.done}/{self.total} {elapsed:.0f}s {self._info()}", file=sys.stderr, flush=True)
+            left = f" ~{elapsed / self.done * (self.total - self.done):.0f}s left" if 0 < self.done < self.total else ""
+            print(f"[{self.label}] {self.done}/{self.total} {elapsed:.0f}s{left} {self._info()}", file=sys.stderr,
+                  flush=True)  # fmt: skip
 
     def update(self, **fields: Any) -> None:
         self.advance(0, **fields)

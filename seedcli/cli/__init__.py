@@ -272,7 +272,9 @@ stage_command(
     _lazy("probe"),
     "What a skill does to the teacher, without training: re-score a collect or eval run's response tokens under no "
     "skill, a null text, the episode's own skill, another task's, and the oracle's (privileged), and with --play N "
-    "play N tasks again under each (runs/probe/<id>/probe.json, probe.png).",
+    "play N tasks again under each (runs/probe/<id>/probe.json, probe.png); --measure absorption reads what "
+    "distillation moved off the student on a panel of expert-played states (the expert's action tokens with no "
+    "skill, the oracle teacher's gap on its own samples), paired against a --baseline probe.",
 )
 
 # what `seed runs` shows per stage: the figure a researcher looks for first
@@ -282,7 +284,7 @@ _KEY_METRICS = {
     "sft": ("val/loss_before", "val/loss_after"),
     "rl": ("steps", "final_success_rate", "final_opd_loss"),
     "eval": ("env", "games", "macro_success", "mean_score", "partial"),
-    "probe": ("episodes", "delta_action/oracle", "delta_action/own"),
+    "probe": ("episodes", "delta_action/oracle", "delta_action/own", "absorption/expert_action_logp"),
 }
 
 

@@ -236,3 +236,95 @@ def plot(result: dict[str, Any], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------- absorption
+# What distillation moves, read off the student itself on a fixed panel of states (expert-played episodes): the
+# student's log-prob, with no skill in its prompt, of the expert's action tokens (a student that absorbed what the
+# oracle-informed teacher prefers writes the expert's action more likely), and the teacher gap on the student's own
+# samples at those states, ℓ_oracle − ℓ_none (a student that absorbed it has less left to be taught: the gap shrinks).
+# Each is one number per panel episode, so two models on the same panel pair episode by episode.
+
+ABSORPTION = ("expert_action_logp", "own_gap", "own_gap_action")
+
+
+def _mean_over(tensors: Sequence[torch.Tensor]) -> tuple[float | None, int]:
+    """The mean of every element of `tensors` together, and how many there were (None, 0 when none)."""
+    flat = [t.double() for t in tensors if t.numel()]
+    if not flat:
+        return None, 0
+    cat = torch.cat(flat)
+    return float(cat.mean()), int(cat.numel())
+
+
+def absorption_rows(
+    episode_ids: Sequence[str], expert: Sequence[TurnScores], own: Sequence[TurnScores]
+) -> list[dict[str, Any]]:
+    """One row per panel episode (`TurnScores.episode` indexes `episode_ids`):
+    - expert_action_logp: the mean of ℓ_none over the expert's action tokens (`expert`: the expert's replies scored
+      with no skill), the episode's tokens pooled;
+    - own_gap: the mean of ℓ_oracle − ℓ_none over every token of the student's own samples at the episode's states
+      (`own`: scored under none and oracle); own_gap_action: the same over the tokens that spell each sample's action.
+    A measure the episode has no token for is None."""
+    rows = []
+    for e, episode_id in enumerate(episode_ids):
+        mine = [t for t in expert if t.episode == e]
+        logp, n_expert = _mean_over([t.logp["none"][torch.tensor(t.action, dtype=torch.bool)] for t in mine])
+        samples = [t for t in own if t.episode == e and "oracle" in t.logp]
+        gaps = [t.logp["oracle"] - t.logp["none"] for t in samples]
+        gap, n_own = _mean_over(gaps)
+        gap_action, n_action = _mean_over(
+            [g[torch.tensor(t.action, dtype=torch.bool)] for g, t in zip(gaps, samples, strict=True)]
+        )
+        rows.append({"episode_id": episode_id, "expert_action_logp": logp, "expert_action_tokens": n_expert,
+                     "own_gap": gap, "own_tokens": n_own, "own_gap_action": gap_action,
+                     "own_action_tokens": n_action})  # fmt: skip
+    return rows
+
+
+def absorption_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per measure: the mean over the panel's episodes that have it, its standard error and N."""
+    out: dict[str, Any] = {}
+    for key in ABSORPTION:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        if values:
+            mean, se = mean_se(values)
+            out[key] = {"mean": mean, "se": se, "episodes": len(values)}
+    return out
+
+
+def absorption_paired(base: Sequence[dict[str, Any]], other: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """`other` − `base` per measure over the panel episodes both have it for (matched by episode id): the mean
+    paired difference, its standard error, N, and the episodes up and down. Absorption shows as expert_action_logp
+    up and own_gap down."""
+    by_id = {r["episode_id"]: r for r in base}
+    out: dict[str, Any] = {}
+    for key in ABSORPTION:
+        diffs = [
+            r[key] - by_id[r["episode_id"]][key]
+            for r in other
+            if r.get(key) is not None and by_id.get(r["episode_id"], {}).get(key) is not None
+        ]
+        if diffs:
+            mean, se = mean_se(diffs)
+            out[key] = {"mean": mean, "se": se, "episodes": len(diffs), "up": sum(d > 0 for d in diffs),
+                        "down": sum(d < 0 for d in diffs)}  # fmt: skip
+    return out
+
+
+def absorption_table(result: dict[str, Any]):
+    """A rich Table of probe.json's absorption: per measure the panel's mean ± SE, and against the baseline probe
+    when one was given."""
+    t = Table(title=f"seed probe: absorption on {len(result['absorption']['episodes'])} panel episodes")
+    paired = result.get("absorption_vs_baseline") or {}
+    for col in ("measure", "mean ± SE", "episodes", "− baseline (paired)", "up/down"):
+        t.add_column(col, justify="left" if col == "measure" else "right")
+    names = {"expert_action_logp": "ℓ of the expert's action tokens, no skill",
+             "own_gap": "teacher gap on own samples (oracle − none)",
+             "own_gap_action": "  … on their action tokens"}  # fmt: skip
+    for key, s in result["absorption"]["summary"].items():
+        p = paired.get(key)
+        t.add_row(names[key], f"{s['mean']:+.3f} ± {_fmt(s['se'], '.3f')}", str(s["episodes"]),
+                  f"{p['mean']:+.3f} ± {_fmt(p['se'], '.3f')}" if p else "—",
+                  f"{p['up']}/{p['down']}" if p else "—")  # fmt: skip
+    return t

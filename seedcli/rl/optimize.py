@@ -12,6 +12,7 @@ accumulate and one AdamW step follows, after clipping the grad norm.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,8 @@ class LossStats:
     delta_rows: Any = 0.0  # responses in delta_absmax
     neg_adv_push: Any = 0.0  # Σ g over OPD tokens with advantage < 0 and gate gap > 0
     contrast_tokens: Any = 0.0  # OPD tokens with another episode's skill (opd_contrast)
+    grad_sq_opd: Any = 0.0  # ‖∂(opd_coef·L_opd)/∂ℓ_θ‖² (`_grad_sq_on_logp`)
+    grad_sq_rest: Any = 0.0  # ‖∂(L_pg + kl_coef·L_kl)/∂ℓ_θ‖²
     padding: Any = 0.0  # zero-weight micro-batches (counted by train_update)
     forwards: Any = 0.0  # micro-batches run, padding included (counted by train_update)
 
@@ -155,6 +158,7 @@ def micro_batch_loss(
     else:
         opd, gate = logp.new_zeros(()), torch.zeros_like(logp)
     loss = total_loss(pg, kl, ent, opd, kl_coef=w.kl_coef, entropy_coef=w.entropy_coef, opd_coef=w.opd_coef)
+    grad_sq_opd, grad_sq_rest = _grad_sq_on_logp(logp, w.opd_coef * opd, pg + w.kl_coef * kl)
 
     with torch.no_grad():
         n = mask.sum()
@@ -193,9 +197,32 @@ def micro_batch_loss(
             contrast_tokens=(
                 (contrast[1] * opd_mask).sum() if contrast[1] is not None else torch.zeros((), device=n.device)
             ),
+            grad_sq_opd=grad_sq_opd,
+            grad_sq_rest=grad_sq_rest,
         )
     parts = {"actor/pg_loss": pg, "actor/kl": kl, "actor/entropy": ent, "opd/loss": opd}
     return loss, parts, stats
+
+
+def _grad_sq_on_logp(
+    logp: torch.Tensor, opd_term: torch.Tensor, rest: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(‖∂ opd_term / ∂ℓ_θ‖², ‖∂ rest / ∂ℓ_θ‖²): each term's gradient on the response tokens' log-probs, the tensor
+    every term of the loss reaches the weights through (entropy aside), so their norms compare what each term asks of
+    the model's token probabilities; summed over micro-batches they are the mini-batch's. The OPD term's share of the
+    gradient norm (`opd/grad_share`) is ‖g_opd‖ / (‖g_opd‖ + ‖g_rest‖). Autograd through the loss arithmetic only
+    (the graph is kept for the backward that follows); zeros where ℓ_θ has no graph."""
+    zero = logp.new_zeros((), dtype=torch.float32)
+    if not logp.requires_grad:
+        return zero, zero
+    out = []
+    for term in (opd_term, rest):
+        if not term.requires_grad:
+            out.append(zero)
+            continue
+        (g,) = torch.autograd.grad(term, logp, retain_graph=True, allow_unused=True)
+        out.append(zero if g is None else g.detach().float().pow(2).sum())
+    return out[0], out[1]
 
 
 def _row_max_sums(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -363,6 +390,7 @@ def _actor_metrics(
         "opd/delta_mean": s.delta / n_opd,
         "opd/delta_absmax": s.delta_absmax / s.delta_rows if s.delta_rows else 0.0,
         "opd/token_frac": s.opd_tokens / n,
+        "opd/grad_share": _share(s.grad_sq_opd, s.grad_sq_rest),
         # harm measures (issue 19 §3): shares of the OPD weight Σ g over OPD tokens, at θ
         "opd/neg_adv_push_frac": s.neg_adv_push / s.gate if s.gate > 0 else 0.0,
         **_high_entropy_push(token_stats, info),
@@ -370,6 +398,12 @@ def _actor_metrics(
         "dist/padding_micro_batches": s.padding,  # zero-weight micro-batches run so every rank ran as many
         "actor/pad_forward_frac": s.padding / s.forwards if s.forwards else 0.0,
     }
+
+
+def _share(sq_opd: float, sq_rest: float) -> float:
+    """‖g_opd‖ / (‖g_opd‖ + ‖g_rest‖) from the squared norms; 0 when both are 0."""
+    a, b = math.sqrt(max(sq_opd, 0.0)), math.sqrt(max(sq_rest, 0.0))
+    return a / (a + b) if a + b > 0 else 0.0
 
 
 def _high_entropy_push(token_stats: list[torch.Tensor], info: DistInfo) -> dict[str, float]:

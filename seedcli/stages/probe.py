@@ -8,7 +8,7 @@ can give, with the skill block where `seed rl`'s teacher prompt puts it (`Enviro
 
     null             a neutral text of about the skill's length: what the block's presence alone does
     own              the episode's own skill (`skills`: self = the model writes it from the episode, as `seed rl
-                     --analyzer self`; rules; an annotate run of these episodes)
+                     --analyzer self`; rules; hindsight; an annotate run of these episodes)
     shuffled         the own skill of an episode of another task
     oracle           the environment's privileged knowledge of the task (`Environment.oracle_skill`: the expert's
                      plan, EZPoints' formula, search's answer): the bound on what the channel can carry
@@ -19,6 +19,17 @@ It reports Δ on the tokens that spell the action and on the others, for won and
 success of N tasks played again with each context in every turn's prompt against without it (the own skill there is
 the one written after the run's attempt at the same task). Writes probe.json, probe.png, skills.jsonl and
 play_<context>.jsonl (resumable) in runs/probe/<id>/.
+
+`measure: absorption` reads what distillation moves off the student instead (issue 61 §2): the run's episodes, played
+by the expert, are a fixed panel of states; at each, the model's log-prob with no skill in its prompt of the expert's
+action tokens, and the teacher gap ℓ_oracle − ℓ_none on the model's own sample there (one sample a state, its seed
+fixed by the state, so two models on one panel draw alike). One row per episode in absorption.jsonl; `baseline` (the
+start model's probe on the same panel) pairs them episode by episode: an arm that absorbed its oracle-informed
+teacher shows the expert's action tokens up and the gap down against its start.
+
+    seed eval --env webshop --policy expert --split train --limit 32 --runs-dir runs/panel     # the training panel
+    seed probe --env webshop --from runs/panel/eval/latest --model START --measure absorption
+    seed probe --env webshop --from runs/panel/eval/latest --model ARM --measure absorption --baseline runs/probe/<start>
 """
 
 from __future__ import annotations
@@ -40,7 +51,19 @@ from seedcli.errors import UserError
 from seedcli.precision import compute_dtype
 from seedcli.progress import StageProgress
 from seedcli.records import SkillRecord, Trajectory, iter_jsonl, write_jsonl
-from seedcli.report.probe import CONTEXTS, TurnScores, contrasts, paired_gap, plot, summarise, table
+from seedcli.report.probe import (
+    CONTEXTS,
+    TurnScores,
+    absorption_paired,
+    absorption_rows,
+    absorption_summary,
+    absorption_table,
+    contrasts,
+    paired_gap,
+    plot,
+    summarise,
+    table,
+)
 from seedcli.rl.analyse import other_skills
 from seedcli.rl.logprobs import Scorer, score_responses
 from seedcli.rl.samples import Reward, group_advantages
@@ -61,6 +84,7 @@ NULL_TEXT = (
 )
 EPISODE_FILES = {"collect": "trajectories.jsonl", "eval": "episodes.jsonl"}
 SCORE_CHUNK = 128  # replies scored per call (the progress line moves between calls)
+SKILL_CHUNK = 16  # episodes whose own skill is written per call (likewise)
 
 
 def null_skill(length: int) -> str:
@@ -125,11 +149,18 @@ def _own_skills(cfg: ProbeConfig, env: Environment, engine, episodes: list[Traje
         skills: list[str | None] = [None] * len(episodes)
     elif spec == "rules":
         skills = [env.rules_skill(ep)[1] or None for ep in episodes]
+    elif spec == "hindsight":  # the episode replayed against the expert (`seed annotate --analyzer hindsight`)
+        skills = [env.hindsight_skill(ep)[1] or None for ep in episodes]
     elif spec == "self":
-        parsed = analyze_with_engine(
-            engine, episodes, cfg.analyzer_max_new_tokens, temperature=0.0, seed=cfg.seed,
-            max_prompt_chars=cfg.analysis_max_chars,
-        )  # fmt: skip
+        parsed = []
+        with StageProgress("probe own skills", len(episodes)) as progress:
+            for i in range(0, len(episodes), SKILL_CHUNK):  # in chunks, so that progress shows on long runs
+                chunk = episodes[i : i + SKILL_CHUNK]
+                parsed += analyze_with_engine(
+                    engine, chunk, cfg.analyzer_max_new_tokens, temperature=0.0, seed=cfg.seed + i,
+                    max_prompt_chars=cfg.analysis_max_chars,
+                )  # fmt: skip
+                progress.advance(len(chunk), kept=sum(p.kept for p in parsed))
         skills = [p.skill if p.kept else None for p in parsed]
         reasons = [p.reason for p in parsed]
     else:
@@ -192,12 +223,42 @@ def _scorer(model_dir: Path, cfg: ProbeConfig):
     return Scorer(lm, compute_dtype=compute if compute == torch.bfloat16 else None, share_prefix=True), device
 
 
+def _baseline_rows(cfg: ProbeConfig) -> list[dict] | None:
+    """The absorption rows of `cfg.baseline` (a complete probe run that measured absorption), or None."""
+    if not cfg.baseline:
+        return None
+    base = Path(cfg.baseline)
+    if not base.exists():
+        raise UserError(f"--baseline {base}: no such directory")
+    verify_run(base, "probe", runs_dir=cfg.runs_dir)
+    path = base / "absorption.jsonl"
+    if not path.exists():
+        raise UserError(f"--baseline {base}: that probe did not measure absorption (run it with --measure absorption)")
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def _score_pairs(scorer, device, pad: int, cfg: ProbeConfig, pairs: dict[str, list], label: str) -> None:
+    """Score every (turn, (prompt ids, response ids)) of `pairs` into turn.logp[context], in chunks, with progress."""
+    with StageProgress(label, sum(map(len, pairs.values()))) as progress:
+        for ctx, items in pairs.items():
+            for i in range(0, len(items), SCORE_CHUNK):  # in chunks, so that progress shows on long runs
+                chunk = items[i : i + SCORE_CHUNK]
+                logps = score_responses(
+                    scorer, [p for _, p in chunk], max_tokens=cfg.micro_batch_tokens, pad_id=pad, device=device
+                )
+                for (turn, _), lp in zip(chunk, logps, strict=True):
+                    turn.logp[ctx] = lp
+                progress.advance(len(chunk), context=ctx)
+
+
 def run(cfg: ProbeConfig) -> Manifest:
     src, source, episodes = _episode_run(cfg)
     env = make_env(cfg)
     model_dir = check_model_dir(cfg.model)
     check_model_sees(env, model_dir, "--model")
     chained = model_run(model_dir)
+    baseline = _baseline_rows(cfg)
+    do_contexts, do_absorb = cfg.measure in ("contexts", "both"), cfg.measure in ("absorption", "both")
     reward = Reward(env.success_reward, env.invalid_penalty)
     scores = torch.tensor([reward.episode(ep) for ep in episodes], dtype=torch.float64)
     advantages = group_advantages(scores, [ep.group_id for ep in episodes], traj_ids=[ep.episode_id for ep in episodes])
@@ -206,50 +267,95 @@ def run(cfg: ProbeConfig) -> Manifest:
         chain_model(run, model_dir, chained)  # its run, or its weights' hash (and a Hub model's repo and commit)
         t0 = time.time()
         engine, meta = load_policy_engine(cfg, model_dir)
+        play: dict[str, Any] = {}
+        own_turns: list[TurnScores] = []
         try:
-            own = _own_skills(cfg, env, engine, episodes, run.file("skills.jsonl"))
-            skills = context_skills(env, episodes, own, cfg.seed)
-            play = _play(cfg, env, engine, meta, episodes, skills, run) if cfg.play else {}
-            turns, pairs = _contexts(engine, env, episodes, skills, advantages.tolist())
+            if do_contexts:
+                own = _own_skills(cfg, env, engine, episodes, run.file("skills.jsonl"))
+                skills = context_skills(env, episodes, own, cfg.seed)
+                play = _play(cfg, env, engine, meta, episodes, skills, run) if cfg.play else {}
+                turns, pairs = _contexts(engine, env, episodes, skills, advantages.tolist())
+            else:
+                skills = {"oracle": [env.oracle_skill(ep) for ep in episodes]}
+                turns, pairs = _contexts(engine, env, episodes, skills, advantages.tolist(), contexts=())
+            if do_absorb:
+                if not any(skills["oracle"]):
+                    raise UserError(f"--measure absorption: {env.name} gives no oracle skill for these tasks")
+                own_turns, own_pairs = _own_samples(cfg, engine, env, episodes, skills["oracle"])
         finally:
             engine.close()
         scorer, device = _scorer(model_dir, cfg)
         pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
-        with StageProgress("probe scoring", sum(map(len, pairs.values()))) as progress:
-            for ctx, items in pairs.items():
-                for i in range(0, len(items), SCORE_CHUNK):  # in chunks, so that progress shows on long runs
-                    chunk = items[i : i + SCORE_CHUNK]
-                    contexts = [p for _, p in chunk]
-                    logps = score_responses(
-                        scorer, contexts, max_tokens=cfg.micro_batch_tokens, pad_id=pad, device=device
-                    )
-                    for (turn, _), lp in zip(chunk, logps, strict=True):
-                        turn.logp[ctx] = lp
-                    progress.advance(len(chunk), context=ctx)
-        result = {
+        _score_pairs(scorer, device, pad, cfg, pairs, "probe scoring")
+        result: dict[str, Any] = {
             "episodes": len(episodes),
             "won": sum(ep.won for ep in episodes),
             "run": str(src),
             "model": str(model_dir),
-            "skills": cfg.skills,
-            "contexts": summarise(turns),
-            "contrasts": contrasts(turns),
-            "play": play,
-            "wall_time_s": round(time.time() - t0, 1),
+            "measure": cfg.measure,
         }
+        if do_contexts:
+            result.update(skills=cfg.skills, contexts=summarise(turns), contrasts=contrasts(turns), play=play)
+        outputs: dict[str, int | None] = {"probe.json": None}
+        if do_absorb:
+            _score_pairs(scorer, device, pad, cfg, own_pairs, "probe absorption")
+            rows = absorption_rows([ep.episode_id for ep in episodes], turns, own_turns)
+            write_jsonl(run.file("absorption.jsonl"), rows)
+            outputs["absorption.jsonl"] = len(rows)
+            result["absorption"] = {"episodes": [r["episode_id"] for r in rows], "summary": absorption_summary(rows),
+                                    "temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens}  # fmt: skip
+            if baseline is not None:
+                result["absorption_vs_baseline"] = absorption_paired(baseline, rows)
+                result["baseline"] = str(cfg.baseline)
+        result["wall_time_s"] = round(time.time() - t0, 1)
         run.file("probe.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
-        plot(result, run.file("probe.png"))
-        Console(stderr=True).print(table(result))
-        outputs: dict[str, int | None] = {"probe.json": None, "probe.png": None, "skills.jsonl": len(episodes)}
-        outputs.update({f"play_{c}.jsonl": None for c in ("none", *CONTEXTS) if run.file(f"play_{c}.jsonl").exists()})
+        console = Console(stderr=True)
+        if do_contexts:
+            plot(result, run.file("probe.png"))
+            console.print(table(result))
+            outputs.update({"probe.png": None, "skills.jsonl": len(episodes)})
+            outputs.update(
+                {f"play_{c}.jsonl": None for c in ("none", *CONTEXTS) if run.file(f"play_{c}.jsonl").exists()}
+            )
+        if do_absorb:
+            console.print(absorption_table(result))
         return run.complete(outputs, _headline(result))
 
 
-def _contexts(engine, env: Environment, episodes, skills: dict, advantages: list[float]):
-    """Every reply of the episodes as a TurnScores, and per context the (turn, (prompt ids, response ids)) pairs to
-    score: the recorded prompt for none, the prompt with the context's skill inserted for the others."""
+def _own_samples(cfg: ProbeConfig, engine, env: Environment, episodes, oracle: list[str | None]):
+    """The model's own reply at every state of the panel (one sample each, at `cfg.temperature`, its seed fixed by
+    the episode and turn, so another model on the same panel draws with the same seeds), as TurnScores with the
+    (prompt ids, reply ids) pairs to score under none and under the episode's oracle."""
+    states = [(e, k, turn) for e, ep in enumerate(episodes) if oracle[e] for k, turn in enumerate(ep.turns)]
+    render = lambda text: list(engine.render([{"role": "user", "content": text}]))  # noqa: E731
     turns: list[TurnScores] = []
-    pairs: dict[str, list] = {"none": [], **{c: [] for c in CONTEXTS}}
+    pairs: dict[str, list] = {"none": [], "oracle": []}
+    with StageProgress("probe own samples", len(states)) as progress:
+        for i in range(0, len(states), cfg.gen_batch):
+            chunk = states[i : i + cfg.gen_batch]
+            prompts = [render(turn.prompt) for _, _, turn in chunk]
+            seeds = [cfg.seed * 1_000_003 + e * 1_000 + k for e, k, _ in chunk]
+            outs = engine.generate(prompts, temperature=cfg.temperature, top_p=cfg.top_p,
+                                   max_new_tokens=cfg.max_new_tokens, seeds=seeds)  # fmt: skip
+            for (e, _, turn), prompt, out in zip(chunk, prompts, outs, strict=True):
+                reply = list(out.token_ids)
+                if not reply:
+                    continue
+                action, _ = env.parse_action(out.text)
+                ts = TurnScores(e, episodes[e].won, 0.0, action_mask(engine.tokenizer, reply, action))
+                turns.append(ts)
+                pairs["none"].append((ts, (prompt, reply)))
+                pairs["oracle"].append((ts, (render(env.insert_skill(turn.prompt, oracle[e])), reply)))
+            progress.advance(len(chunk))
+    return turns, pairs
+
+
+def _contexts(engine, env: Environment, episodes, skills: dict, advantages: list[float], contexts=CONTEXTS):
+    """Every reply of the episodes as a TurnScores, and per context the (turn, (prompt ids, response ids)) pairs to
+    score: the recorded prompt for none, the prompt with the context's skill inserted for the others (`contexts`;
+    none alone with ())."""
+    turns: list[TurnScores] = []
+    pairs: dict[str, list] = {"none": [], **{c: [] for c in contexts}}
     tok = engine.tokenizer
 
     def render(text: str) -> list[int]:
@@ -264,7 +370,7 @@ def _contexts(engine, env: Environment, episodes, skills: dict, advantages: list
             ts = TurnScores(e, ep.won, adv, action_mask(tok, response, turn.action))
             turns.append(ts)
             pairs["none"].append((ts, (render(turn.prompt), response)))
-            for ctx in CONTEXTS:
+            for ctx in contexts:
                 skill = skills[ctx][e]
                 if skill:
                     pairs[ctx].append((ts, (render(env.insert_skill(turn.prompt, skill)), response)))
@@ -274,12 +380,17 @@ def _contexts(engine, env: Environment, episodes, skills: dict, advantages: list
 def _headline(result: dict) -> dict[str, Any]:
     """The manifest's metrics: per context Δ on action tokens (all episodes) and the success gap when played."""
     out: dict[str, Any] = {"episodes": result["episodes"], "won": result["won"]}
-    for ctx, entry in result["contexts"].items():
+    for key, s in result.get("absorption", {}).get("summary", {}).items():
+        out[f"absorption/{key}"] = round(s["mean"], 4)
+    for key, p in result.get("absorption_vs_baseline", {}).items():
+        out[f"absorption_vs_baseline/{key}"] = round(p["mean"], 4)
+        out[f"absorption_vs_baseline/{key}_se"] = round(p["se"], 4) if p["se"] == p["se"] else None
+    for ctx, entry in result.get("contexts", {}).items():
         out[f"delta_action/{ctx}"] = entry["action"]["all"].get("delta_mean")
         out[f"delta_other/{ctx}"] = entry["other"]["all"].get("delta_mean")
     for name, c in result.get("contrasts", {}).items():
         out[f"contrast_action/{name}"] = c["action_delta_mean"]
-    for ctx, gap in result["play"].items():
+    for ctx, gap in result.get("play", {}).items():
         if gap.get("tasks"):
             out[f"success_gap_points/{ctx}"] = round(gap["gap_points"], 2)
     return out

@@ -9,7 +9,16 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from seedcli.report.probe import TurnScores, contrasts, paired_gap, pearson, summarise
+from seedcli.report.probe import (
+    TurnScores,
+    absorption_paired,
+    absorption_rows,
+    absorption_summary,
+    contrasts,
+    paired_gap,
+    pearson,
+    summarise,
+)
 from seedcli.rl.analyse import other_skills
 from seedcli.stages.probe import NULL_TEXT, action_mask, null_skill
 
@@ -117,3 +126,51 @@ def test_pearson_and_paired_gap_by_hand():
     assert gap["gap_points"] == pytest.approx(100 / 3)
     assert gap["gap_se_points"] == pytest.approx(100 * math.sqrt(1 / 3) / math.sqrt(3))
     assert paired_gap({}, {"a": True}) == {"tasks": 0}
+
+
+def test_absorption_on_a_two_token_example_by_hand():
+    """Absorption (issue 61 §2) on one panel episode whose expert reply and own sample are two tokens each, the first
+    the action: ℓ of the expert's action tokens is the first token's ℓ_none alone; the own gap is the mean of
+    ℓ_oracle − ℓ_none over both sample tokens, and over the action token alone for own_gap_action. A second model
+    on the same panel pairs with the first episode by episode."""
+    ln = math.log
+    expert = [TurnScores(0, True, 0.0, [True, False], {"none": torch.tensor([ln(0.5), ln(0.9)])})]
+    own = [TurnScores(0, True, 0.0, [True, False],
+                      {"none": torch.tensor([ln(0.2), ln(0.8)]), "oracle": torch.tensor([ln(0.6), ln(0.4)])})]  # fmt: skip
+    (row,) = absorption_rows(["e0"], expert, own)
+    assert row["expert_action_logp"] == pytest.approx(ln(0.5))  # the action token only: ln 0.5 = −0.693
+    assert row["expert_action_tokens"] == 1
+    # (ln(0.6/0.2) + ln(0.4/0.8)) / 2 = (1.0986 − 0.6931) / 2 = +0.2027
+    assert row["own_gap"] == pytest.approx((ln(3.0) + ln(0.5)) / 2)
+    assert row["own_tokens"] == 2
+    assert row["own_gap_action"] == pytest.approx(ln(3.0))
+    # the trained model: the expert's action at p 0.8, and its own sample already at the teacher's 0.6 (gap 0 there)
+    expert2 = [TurnScores(0, True, 0.0, [True, False], {"none": torch.tensor([ln(0.8), ln(0.9)])})]
+    own2 = [TurnScores(0, True, 0.0, [True, False],
+                       {"none": torch.tensor([ln(0.6), ln(0.4)]), "oracle": torch.tensor([ln(0.6), ln(0.4)])})]  # fmt: skip
+    rows2 = absorption_rows(["e0"], expert2, own2)
+    paired = absorption_paired([row], rows2)
+    assert paired["expert_action_logp"]["mean"] == pytest.approx(ln(0.8) - ln(0.5))  # +0.470: absorbed
+    assert paired["own_gap"]["mean"] == pytest.approx(0.0 - (ln(3.0) + ln(0.5)) / 2)  # the gap closed
+    assert paired["expert_action_logp"]["up"] == 1 and paired["own_gap"]["down"] == 1
+    assert math.isnan(paired["own_gap"]["se"])  # one episode: no standard error
+
+
+def test_absorption_summary_and_pairing_over_episodes_by_hand():
+    """Two panel episodes: the summary's mean and SE, and the pairing only over the episodes both models have (an
+    episode the other model lacks, or one without action tokens, is left out)."""
+    rows_a = [{"episode_id": "a", "expert_action_logp": -1.0, "own_gap": 0.4, "own_gap_action": None},
+              {"episode_id": "b", "expert_action_logp": -3.0, "own_gap": 0.2, "own_gap_action": 0.5}]  # fmt: skip
+    rows_b = [{"episode_id": "a", "expert_action_logp": -0.5, "own_gap": 0.1, "own_gap_action": 0.3},
+              {"episode_id": "b", "expert_action_logp": -2.0, "own_gap": 0.2, "own_gap_action": 0.1},
+              {"episode_id": "c", "expert_action_logp": 0.0, "own_gap": 0.0, "own_gap_action": 0.0}]  # fmt: skip
+    summary = absorption_summary(rows_a)
+    assert summary["expert_action_logp"]["mean"] == pytest.approx(-2.0)
+    assert summary["expert_action_logp"]["se"] == pytest.approx(1.0)  # sd √2, over √2
+    assert summary["own_gap_action"]["episodes"] == 1
+    paired = absorption_paired(rows_a, rows_b)
+    assert paired["expert_action_logp"]["episodes"] == 2  # c is not in a
+    assert paired["expert_action_logp"]["mean"] == pytest.approx(0.75)  # (+0.5 + 1.0) / 2
+    assert paired["expert_action_logp"]["se"] == pytest.approx(0.25)  # differences 0.5, 1.0: sd 0.3536 / √2
+    assert paired["own_gap"]["mean"] == pytest.approx(-0.15) and paired["own_gap"]["down"] == 1
+    assert paired["own_gap_action"]["episodes"] == 1 and paired["own_gap_action"]["mean"] == pytest.approx(-0.4)

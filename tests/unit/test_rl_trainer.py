@@ -330,3 +330,25 @@ def test_zero_adv_drop_keeps_the_samples_that_teach():
         s[i].advantage = 0.0
     assert teaching_samples(s, "keep") == [0, 1, 2, 3, 4, 5]
     assert teaching_samples(s, "drop") == [0, 2, 4, 5]  # 1 and 3: advantage 0, no OPD term; 2 keeps its OPD term
+
+
+def test_opd_grad_share_on_the_log_probs_by_hand():
+    """`opd/grad_share` (issue 61 §4): each term's gradient on ℓ_θ, by hand on one reply of two tokens. At ratio 1 the
+    PPO term's gradient on token t is −A_t/n; the signed OPD term's is −c·clip(Δ_t)/n_opd. With A = (1, 1), n = 2:
+    g_rest = (−0.5, −0.5), ‖g_rest‖ = √0.5; with Δ = (+0.6, −0.2), c = 1: g_opd = (−0.3, +0.1), ‖g_opd‖ = √0.1."""
+    import math
+
+    from seedcli.rl.losses import opd_loss, ppo_clip_loss
+    from seedcli.rl.optimize import _grad_sq_on_logp, _share
+
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    mask = torch.ones(1, 2)
+    pg = ppo_clip_loss(logp, logp.detach(), torch.tensor([[1.0, 1.0]]), mask)
+    teacher = logp.detach() + torch.tensor([[0.6, -0.2]])
+    opd, _ = opd_loss(logp, teacher, mask, form="signed", clip=1.0)
+    sq_opd, sq_rest = _grad_sq_on_logp(logp, 1.0 * opd, pg)
+    assert float(sq_rest) == pytest.approx(0.5)
+    assert float(sq_opd) == pytest.approx(0.1)
+    assert _share(float(sq_opd), float(sq_rest)) == pytest.approx(math.sqrt(0.1) / (math.sqrt(0.1) + math.sqrt(0.5)))
+    assert logp.grad is None  # the measurement leaves the gradients to the backward that follows
+    assert _share(0.0, 0.0) == 0.0 and _grad_sq_on_logp(logp.detach(), opd, pg) == (0.0, 0.0)
