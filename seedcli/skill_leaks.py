@@ -7,6 +7,7 @@ is handed the environment object and imports none, so a stage and the rl loop ca
 
     metrics.update(leak_metrics(env, trajectories, skills))  # skills[i]: episode i's skill, or None
     # -> {"skills/leak_frac": 0.25, "skills/leak_frac/<category>": ..., ...}
+    metrics.update(leak_char_metrics(env, trajectories, skills))  # -> {"skills/leak_chars_frac": 0.04}
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from seedcli.prompts import ORACLE_PREFIX
 
 LEAK_FRAC = "skills/leak_frac"
+LEAK_CHARS_FRAC = "skills/leak_chars_frac"
 
 
 def find_leaks(env: Any, trajectories: Sequence, skills: Sequence[str | None]) -> list[list[tuple[int, int]] | None]:
@@ -56,3 +58,14 @@ def leak_metrics(env: Any, trajectories: Sequence, skills: Sequence[str | None])
     """`skills/leak_frac` and `skills/leak_frac/<category>` (rounded to 4 places) for a metrics record."""
     frac, per_category = leak_fraction(env, trajectories, skills)
     return {LEAK_FRAC: round(frac, 4), **{f"{LEAK_FRAC}/{c}": round(f, 4) for c, f in per_category.items()}}
+
+
+def leak_char_metrics(env: Any, trajectories: Sequence, skills: Sequence[str | None]) -> dict[str, float]:
+    """`skills/leak_chars_frac`: the share of the skills' characters that lie inside a leaked span (how much of each
+    skill names the answer, where `skills/leak_frac` counts the skills that name any of it); 0.0 without a skill."""
+    leaked = total = 0
+    for skill, spans in zip(skills, find_leaks(env, trajectories, skills), strict=True):
+        if spans is not None:
+            total += len(skill or "")
+            leaked += sum(end - start for start, end in spans)
+    return {LEAK_CHARS_FRAC: round(leaked / total, 4) if total else 0.0}

@@ -6,6 +6,7 @@
 | openai  | any OpenAI-compatible endpoint: OpenAI, `vllm serve`, SGLang (`http.py`) |
 | policy  | a local model through the project's engines; also what `seed rl` uses to analyse its own episodes (`policy.py`) |
 | rules   | an offline baseline that derives the skill from the trajectory without an LLM (`rules.py`); not the paper's |
+| hindsight | offline stand-in for GLM: the episode replayed against the environment's expert (`hindsight.py`) |
 
 Every analyzer answers with raw text that goes through the same parser (`parse.py`), so what is kept or rejected
 does not depend on where the text came from.
@@ -41,7 +42,7 @@ class Analyzer(Protocol):
     """`batched` analyzers take a list of conversations per call (one generate call on a local engine); the others
     answer one conversation per call and are called from up to `concurrency` threads at once."""
 
-    name: str  # glm | openai | policy | rules
+    name: str  # glm | openai | policy | rules | hindsight
     model: str  # the model identity that goes into cache keys
     batched: bool
 
@@ -143,8 +144,9 @@ def request_key(
     return hashlib.sha256(blob).hexdigest()
 
 
-def make_analyzer(cfg: Any, stop: threading.Event | None = None) -> Analyzer:
-    """The analyzer an AnnotateConfig asks for. `stop` lets the stage cut HTTP back-off waits short."""
+def make_analyzer(cfg: Any, stop: threading.Event | None = None, env: Any = None) -> Analyzer:
+    """The analyzer an AnnotateConfig asks for. `stop` lets the stage cut HTTP back-off waits short; `env` is the
+    environment the hindsight analyzer replays episodes in (built as the episodes' run built it)."""
     if cfg.analyzer in ("glm", "openai"):
         from seedcli.analyzers.http import ChatClient
 
@@ -164,6 +166,12 @@ def make_analyzer(cfg: Any, stop: threading.Event | None = None) -> Analyzer:
         from seedcli.analyzers.rules import RulesAnalyzer
 
         return RulesAnalyzer()
+    if cfg.analyzer == "hindsight":
+        from seedcli.analyzers.hindsight import HindsightAnalyzer
+
+        if env is None:
+            raise ValueError("the hindsight analyzer needs the environment its episodes were played in")
+        return HindsightAnalyzer(env)
     if cfg.analyzer == "policy":
         from seedcli.analyzers.policy import PolicyAnalyzer
 

@@ -25,8 +25,10 @@ class RLConfig(RolloutConfig):
     analyzer: str = Field(
         "self",
         description="self (π_old writes each episode's skill) | rules (the environment's offline rules analyzer "
-        "writes it from the trajectory) | oracle (privileged, not SEED: the environment's expert knowledge of the task, "
-        "e.g. its plan; the bound on what the OPD channel can carry; needs leak_guard off) | static:FILE | none",
+        "writes it from the trajectory) | hindsight (the offline stand-in for GLM: each episode replayed against the "
+        "environment's expert, the turn it left the expert's path or won, and a rule) | oracle (privileged, not SEED: "
+        "the environment's expert knowledge of the task, e.g. its plan; the bound on what the OPD channel can carry; "
+        "needs leak_guard off) | static:FILE | none",
     )
     steps: int = Field(150, ge=1, description="policy updates")
     batch_tasks: int = Field(16, ge=1, description="training games per update")
@@ -433,7 +435,7 @@ class RLConfig(RolloutConfig):
     @classmethod
     def _step_skills_need_the_self_analyzer(cls, v: str, info: ValidationInfo) -> str:
         algo, spec = info.data.get("algo"), str(info.data.get("analyzer", "self")).strip()
-        fixed = spec.startswith("static:") or spec in ("rules", "oracle")
+        fixed = spec.startswith("static:") or spec in ("rules", "hindsight", "oracle")
         if v != "episode_only" and algo != "grpo" and (algo == "sdar" or fixed):
             source = "--algo sdar" if algo == "sdar" else f"--analyzer {spec}"
             raise ValueError(

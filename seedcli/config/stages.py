@@ -158,9 +158,10 @@ class AnnotateConfig(StageConfig):
     """`seed annotate`: an analyzer turns each trajectory into a hindsight skill."""
 
     from_run: str | None = Field(None, description="collect run to annotate (default: newest complete)")
-    analyzer: Literal["glm", "openai", "policy", "rules"] = Field(
+    analyzer: Literal["glm", "openai", "policy", "rules", "hindsight"] = Field(
         "glm",
-        description="glm (Z.ai API), openai (any OpenAI-compatible endpoint), policy (local model), rules (offline)",
+        description="glm (Z.ai API), openai (any OpenAI-compatible endpoint), policy (local model), rules (offline), "
+        "hindsight (offline stand-in for GLM: each episode replayed against the environment's expert)",
     )
     model: str | None = Field(
         None, description="analyzer model name (glm: GLM-5.2 by default) or model dir or Hub id ORG/NAME (policy)"

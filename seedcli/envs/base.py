@@ -19,6 +19,7 @@ What an environment supplies (class attributes are constants; methods have a def
                 `advantage_norm` ("mean_std" or "mean": how GRPO normalises a group's turn scores), `gigpo_norm`
                 and `gigpo_similarity_threshold` (GiGPO's mode and similarity grouping in verl-agent's launchers)
     analysis    `analysis_description` (first sentence of the analysis prompt), `rules_skill(trajectory)`,
+                `hindsight_skill(trajectory)` (`--analyzer hindsight`: the episode replayed against the expert),
                 `leaks(trajectory, skill)` (spans of the skill that leak this episode's hindsight facts),
                 `oracle_skill(trajectory)` (the privileged text of `--analyzer oracle`: the expert's plan by default)
     policies    `expert_response(result)`, `random_response(result, rng)`
@@ -53,6 +54,7 @@ from typing import Any, ClassVar, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from seedcli.envs.card import EnvCard
+from seedcli.envs.hindsight import Replayed, generic_skill, replay
 from seedcli.errors import UserError
 from seedcli.prompts import ORACLE_PREFIX, insert_after_line, insert_step_skill
 
@@ -163,6 +165,7 @@ class Environment(ABC):
     category_aliases: ClassVar[dict[str, str]] = {}  # other names a static skill library may use -> category
     analysis_description: ClassVar[str]  # first sentence of the analysis prompt: who the analyst is, what it reads
     rules_version: ClassVar[str] = "rules-v1"  # version of rules_skill's text (annotate's cache key); bump on change
+    hindsight_version: ClassVar[str] = "hindsight-v1"  # version of hindsight_skill's text (annotate's cache key)
     limit_per_category: ClassVar[bool] = False  # `seed eval --limit N`: N per category (True) or N in all, balanced
     counted_actions: ClassVar[dict[str, str]] = {}  # label -> action prefix; eval reports their mean per episode
     expert_modes: ClassVar[tuple[Any, ...]] = (False, True)
@@ -333,6 +336,24 @@ class Environment(ABC):
         """The (start, end) character spans of `skill` that leak what only hindsight on `trajectory` knows (the
         answer, the goal product, where the target was, the moves); empty when none. The default finds none."""
         return []
+
+    def hindsight_replay(self, trajectory, probe: Callable[[Any, StepResult], Any] | None = None) -> list[Replayed]:
+        """The episode's actions played again in an expert game of its task (`envs/hindsight.py: replay`), each turn
+        with the expert's action in the state it saw; `probe(game, result)` reads more off the game at each state.
+        A UserError when the environment has no expert; ReplayMismatch when the replay is not the episode."""
+        if True not in self.expert_modes:
+            raise UserError(
+                f"{self.title} has no expert: --analyzer hindsight replays each episode against it; use --analyzer rules"
+            )
+        task = Task(trajectory.task_id, trajectory.category, trajectory.split)
+        actions = [t.action for t in trajectory.turns]
+        return replay(self.new_game(expert=True), task, actions, trajectory.won, probe)
+
+    def hindsight_skill(self, trajectory) -> tuple[str, str]:
+        """(episode_summary, episode_skill) of `--analyzer hindsight`, the offline stand-in for GLM: the turn that won
+        the episode, or the one where it left the expert's path, what the expert did there and a rule
+        (`envs/hindsight.py`; an environment phrases its own in `envs/<env>/hindsight.py`)."""
+        return generic_skill(self.title, trajectory, self.hindsight_replay(trajectory))
 
     # -- privileged information (`--analyzer oracle`) ------------------------------------------------------------
 

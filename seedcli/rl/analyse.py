@@ -59,7 +59,7 @@ def analyse(
 ) -> tuple[list[str | None], list[str | None]]:
     """(skill, rejection reason) of each of this rank's episodes: π_old writes a skill for each finished episode
     (greedy, the shared analysis prompt and parser; won ones are skipped when `failed_only`), or the static library
-    answers; None where there is none. `in_rollout`: the `in_rollout_analysis` that already analysed each episode
+    answers, or the environment's rules or hindsight analyzer; None where there is none. `in_rollout`: the `in_rollout_analysis` that already analysed each episode
     as it ended (`rollout: async`). `analyses`, when given, receives the self-analyzer's ParsedSkill of each
     episode it analysed, by episode id: its step skills (`skill_mode`), prompt and raw answer."""
     cfg, plan = ctx.cfg, ctx.plan
@@ -100,15 +100,21 @@ def analyse(
     elif plan.analyzer == "static":
         skills = [plan.library.skill_for(ep.category, ep.episode_id) for ep in episodes]
         reasons = [None if s else "no_static_skill_for_type" for s in skills]
-    elif plan.analyzer == "rules" and episodes:
-        # the environment's rules analyzer writes each finished episode's hindsight skill from its trajectory (what
-        # `seed annotate --analyzer rules` writes): an offline stand-in for an external analyzer, no generation
+    elif plan.analyzer in ("rules", "hindsight") and episodes:
+        # the environment's rules analyzer (or its hindsight analyzer: the episode replayed against its expert) writes
+        # each finished episode's skill from its trajectory, as `seed annotate --analyzer rules|hindsight` writes it:
+        # an offline stand-in for an external analyzer, no generation
         skip_won = failed_only(cfg, step)
+        write = ctx.hooks.rules_skill if plan.analyzer == "rules" else ctx.hooks.hindsight_skill
         for i, ep in enumerate(episodes):
             if skip_won and ep.won:
                 reasons[i] = SKIPPED_SUCCESS
                 continue
-            skill = ctx.hooks.rules_skill(ep)[1] if ctx.hooks.rules_skill is not None else ""
+            try:
+                skill = write(ep)[1] if write is not None else ""
+            except ValueError:  # the hindsight replay did not reproduce the episode (ReplayMismatch)
+                skills[i], reasons[i] = None, "hindsight_replay_mismatch"
+                continue
             kept = len(skill.split()) >= cfg.min_skill_words and bool(skill.strip())
             skills[i] = skill if kept else None
             reasons[i] = None if kept else TOO_SHORT

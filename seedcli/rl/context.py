@@ -41,7 +41,7 @@ from seedcli.rl.weight_sync import WeightSync
 class Plan:
     """What the algorithm switches decide (docs/design.md §1: baselines are switches of the same loop)."""
 
-    analyzer: str  # self | static | rules | oracle | none
+    analyzer: str  # self | static | rules | hindsight | oracle | none
     library: SkillLibrary | None
     opd_coef: float
     opd_beta: float
@@ -110,6 +110,8 @@ class EnvHooks:
     find_leaks: Callable[[Sequence, Sequence], list] | None = None
     # `--analyzer rules`: the environment's rules analyzer, trajectory -> (episode_summary, episode_skill)
     rules_skill: Callable[[Any], tuple[str, str]] | None = None
+    # `--analyzer hindsight`: the episode replayed against the environment's expert, the same signature
+    hindsight_skill: Callable[[Any], tuple[str, str]] | None = None
     # `--analyzer oracle`: the environment's privileged text for an episode's task (the expert's plan), or None
     oracle_skill: Callable[[Any], str | None] | None = None
 

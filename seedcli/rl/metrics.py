@@ -164,7 +164,7 @@ def update_metrics(
         record.update(step_skill_metrics(batch, samples))
     if ctx.cfg.step_advantage == "gigpo":  # GiGPO's step-group sizes (gigpo/state_group/*, the SEED code's names)
         record.update(step_group_metrics([s.step_group for s in samples]))
-    if plan.analyzer in ("self", "rules"):
+    if plan.analyzer in ("self", "rules", "hindsight"):
         # won episodes `analyze: failed` left out (the SEED code's skipped_success_traj_count)
         record["analyzer/skipped_success"] = sum(r == SKIPPED_SUCCESS for r in batch.reasons)
     if result.cause:

@@ -8,6 +8,9 @@ A local model through the project's engines — one GPU with vLLM, or the CPU wi
     seed annotate --analyzer policy --model runs/sft/<id>/model --engine vllm
 Offline baseline (no LLM; not the paper's analyzer), CPU, seconds:
     seed annotate --analyzer rules
+The offline stand-in for GLM: each episode replayed against the environment's expert (the turn it left the
+expert's path, or the one that won it; privileged, as GLM reading the outcome is), CPU:
+    seed annotate --analyzer hindsight --from runs/collect/<id>
 After a crash or Ctrl-C, continue the same run; no request whose answer was stored is sent again:
     seed annotate --analyzer glm --from runs/collect/<id> --resume
 Eight GPUs: annotation is bound by the API's rate limit, not by GPUs; for `policy`, serve the model with
@@ -30,7 +33,8 @@ error (exit 2).
 Progress (stderr): done, kept, rejected, retries (transport + schema reminders), tokens.
 Skill-leak audit (always on): `skills/leak_frac`, the share of kept skills that leak what only hindsight knows (the
 environment's `leaks` rule: the answer, the goal product, where the target was, the moves), overall and
-`skills/leak_frac/<category>`, in the manifest's metrics and the summary printed at the end.
+`skills/leak_frac/<category>`, and `skills/leak_chars_frac`, the share of the kept skills' characters inside a leaked
+span, in the manifest's metrics and the summary printed at the end.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ from seedcli.images import run_images
 from seedcli.progress import StageProgress
 from seedcli.prompts import ANALYSIS_PROMPT_VERSION, analysis_images, analysis_version, render_trajectory_analysis
 from seedcli.records import JsonlWriter, SkillRecord, Trajectory, iter_jsonl, write_jsonl
-from seedcli.skill_leaks import LEAK_FRAC, leak_metrics
+from seedcli.skill_leaks import LEAK_CHARS_FRAC, LEAK_FRAC, leak_char_metrics, leak_metrics
 from seedcli.stages.annotate_cache import ResponseCache, _import_earlier, _tolerant_lines  # noqa: F401
 
 REQUEST_FAILED = "request_failed"
@@ -119,9 +123,11 @@ def _resolve_analyzer_fields(cfg: AnnotateConfig) -> AnnotateConfig:
 
 
 def _key_model(cfg: AnnotateConfig, env: str = "alfworld") -> tuple[str, str]:
-    """(model as recorded, model identity in cache keys); the rules analyzer is versioned per environment."""
-    if cfg.analyzer == "rules":
-        version = env_class(env).rules_version
+    """(model as recorded, model identity in cache keys); the rules and hindsight analyzers are versioned per
+    environment."""
+    if cfg.analyzer in ("rules", "hindsight"):
+        cls = env_class(env)
+        version = cls.rules_version if cfg.analyzer == "rules" else cls.hindsight_version
         return version, version
     if cfg.analyzer == "policy":
         return str(cfg.model), "sha256:" + model_fingerprint(resolve_model(cfg.model))[:16]
@@ -326,8 +332,14 @@ def run(cfg: AnnotateConfig) -> Manifest:
     envs = sorted({t.env for t in trajectories}) or ["alfworld"]
     model, key_model = _key_model(cfg, envs[0])  # a collect run plays one environment
     stop = threading.Event()
-    # HTTP and rules analyzers are cheap to build: a missing API key fails here, before a run directory exists
-    analyzer = make_analyzer(cfg, stop) if cfg.analyzer != "policy" else None
+    # the hindsight analyzer replays each episode in the environment as the collect run built it (data, options)
+    env = _collect_env(collect_dir, collect_manifest, envs[0]) if cfg.analyzer == "hindsight" else None
+    if env is not None and True not in env.expert_modes:
+        raise UserError(
+            f"--analyzer hindsight replays each episode against the expert, and {env.title} has none; use rules"
+        )
+    # HTTP, rules and hindsight analyzers are cheap to build: a missing API key fails here, before a run directory
+    analyzer = make_analyzer(cfg, stop, env) if cfg.analyzer != "policy" else None
 
     jobs = _jobs(cfg, key_model, trajectories)
 
@@ -419,27 +431,34 @@ def _jobs(cfg: AnnotateConfig, key_model: str, trajectories: list[Trajectory]) -
     return jobs
 
 
+def _collect_env(collect_dir: Path, collect_manifest: Manifest, name: str):
+    """The environment `name` built as the collect run built it (its data root and env options)."""
+    saved = collect_manifest.config
+    data_root = saved.get("data_root")
+    return get_env(
+        name,
+        data_root=str(saved_path(collect_dir, collect_manifest, data_root)) if data_root else None,
+        **(saved.get("env_options") or {}),
+    )
+
+
 def _leak_metrics(
     collect_dir: Path, collect_manifest: Manifest, trajectories: list[Trajectory], records: dict[str, SkillRecord]
 ) -> dict[str, Any]:
-    """The skill-leak audit of the kept skills: `skills/leak_frac`, overall and per category, by the environment's
-    `leaks` rule, the environment built as the collect run built it (data root, env options). None, with a warning
-    on stderr, when the data the rule reads (search questions, WebShop goals) is not there."""
+    """The skill-leak audit of the kept skills: `skills/leak_frac`, overall and per category, and
+    `skills/leak_chars_frac`, by the environment's `leaks` rule, the environment built as the collect run built it
+    (data root, env options). None, with a warning on stderr, when the data the rule reads (search questions, WebShop
+    goals) is not there."""
     kept = [(t, records[t.episode_id].episode_skill) for t in trajectories if records[t.episode_id].reason is None]
     if not kept:
-        return {LEAK_FRAC: 0.0}
-    saved = collect_manifest.config
-    data_root = saved.get("data_root")
+        return {LEAK_FRAC: 0.0, LEAK_CHARS_FRAC: 0.0}
     try:
-        env = get_env(
-            kept[0][0].env,  # a collect run plays one environment
-            data_root=str(saved_path(collect_dir, collect_manifest, data_root)) if data_root else None,
-            **(saved.get("env_options") or {}),
-        )
-        return leak_metrics(env, [t for t, _ in kept], [skill for _, skill in kept])
+        env = _collect_env(collect_dir, collect_manifest, kept[0][0].env)  # a collect run plays one environment
+        episodes, skills = [t for t, _ in kept], [skill for _, skill in kept]
+        return {**leak_metrics(env, episodes, skills), **leak_char_metrics(env, episodes, skills)}
     except UserError as exc:
         print(f"[annotate] warning: no skill-leak audit ({exc})", file=sys.stderr)
-        return {LEAK_FRAC: None}
+        return {LEAK_FRAC: None, LEAK_CHARS_FRAC: None}
 
 
 def _refuse_if_failed(cfg: AnnotateConfig, run: Any, worker: _Annotator, metrics: dict, total: int) -> None:

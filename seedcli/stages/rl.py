@@ -117,6 +117,16 @@ def resolve_plan(cfg: RLConfig) -> Plan:
         if cfg.algo == "sdar":
             raise UserError("--algo sdar distils from a fixed library: use --analyzer static:FILE, not rules")
         return Plan("rules", None, cfg.opd_coef, beta)
+    if spec == "hindsight":
+        if cfg.algo == "sdar":
+            raise UserError("--algo sdar distils from a fixed library: use --analyzer static:FILE, not hindsight")
+        env = get_env(cfg.env, data_root=cfg.data_root, **cfg.env_options)
+        if True not in env.expert_modes:
+            raise UserError(
+                f"--analyzer hindsight replays each episode against the environment's expert, and {env.title} has "
+                "none; use --analyzer self, rules or static:FILE"
+            )
+        return Plan("hindsight", None, cfg.opd_coef, beta)
     if spec == "oracle":
         if cfg.algo == "sdar":
             raise UserError("--algo sdar distils from a fixed library: use --analyzer static:FILE, not oracle")
@@ -127,7 +137,7 @@ def resolve_plan(cfg: RLConfig) -> Plan:
                 "plain GRPO); use --analyzer self, rules or static:FILE, or an environment with an expert"
             )
         return Plan("oracle", None, cfg.opd_coef, beta)
-    raise UserError(f"--analyzer {spec!r}: use self | rules | oracle | static:FILE | none")
+    raise UserError(f"--analyzer {spec!r}: use self | rules | hindsight | oracle | static:FILE | none")
 
 
 def skill_categories(env_name: str, env_options: dict | None = None) -> SkillCategories:

@@ -88,7 +88,7 @@ def _context(cfg: RLConfig, plan: Plan, info, engine, meta: dict, models, env, r
         reward=Reward(env.success_reward, env.invalid_penalty),
         audit_skills=lambda episodes, skills: leak_metrics(env, episodes, skills),
         find_leaks=lambda episodes, skills: find_leaks(env, episodes, skills),
-        rules_skill=env.rules_skill, oracle_skill=env.oracle_skill,
+        rules_skill=env.rules_skill, hindsight_skill=env.hindsight_skill, oracle_skill=env.oracle_skill,
     )  # fmt: skip
     return RLContext(
         cfg=cfg, plan=plan, info=info, engine=engine, meta=meta, models=models, hooks=hooks, sync=sync,

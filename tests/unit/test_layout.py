@@ -309,6 +309,7 @@ def test_no_module_of_the_package_over_600_lines_or_function_over_100():
 # torchrun's launcher (torch), kept out of modules that must import light (the search env, the sft stage).
 LAZY_SEEDCLI_IMPORTS = {
     ("seedcli.analyzers", "seedcli.analyzers.http"),
+    ("seedcli.analyzers", "seedcli.analyzers.hindsight"),
     ("seedcli.analyzers", "seedcli.analyzers.policy"),
     ("seedcli.analyzers", "seedcli.analyzers.rules"),
     ("seedcli.envs.search.retriever", "seedcli.envs.lucene"),

@@ -13,6 +13,7 @@ from seedcli.envs.alfworld import prompt
 from seedcli.envs.alfworld.data import SHORT_TASK_TYPES, SPLITS, TASK_TYPES, list_games, resolve_data_root, select_games
 from seedcli.envs.alfworld.episode import AlfWorldGame
 from seedcli.envs.alfworld.expert import EXPERT_MODES
+from seedcli.envs.alfworld.hindsight import HINDSIGHT_VERSION, hindsight_skill
 from seedcli.envs.alfworld.projection import parse_action
 from seedcli.envs.alfworld.reward import ADVANTAGE_NORM, INVALID_PENALTY, SUCCESS_REWARD, instance_spans
 from seedcli.envs.alfworld.rules import rules_skill
@@ -71,6 +72,7 @@ class AlfWorldEnv(Environment):
     prompt_version = prompt.AGENT_PROMPT_VERSION
     task_line_prefix = prompt.TASK_LINE_PREFIX
     analysis_description = prompt.ALFWORLD_ANALYSIS_DESCRIPTION
+    hindsight_version = HINDSIGHT_VERSION
     card = CARD
 
     def resolve_data_root(self) -> Path:
@@ -104,6 +106,17 @@ class AlfWorldEnv(Environment):
 
     def rules_skill(self, trajectory) -> tuple[str, str]:
         return rules_skill(trajectory)
+
+    def hindsight_skill(self, trajectory) -> tuple[str, str]:
+        """The first action off the expert's plan that changed the game (a win's: the one that took the task's
+        object), the expert's action there and where the object was (`hindsight.hindsight_skill`)."""
+        key = (trajectory.task_id, trajectory.split)
+        plans = self.__dict__.setdefault("_plan_cache", {})  # the expert's plan from the start, once per game
+        if key not in plans:
+            plans[key] = [
+                a for a, _ in self.expert_plan(Task(trajectory.task_id, trajectory.category, trajectory.split))
+            ]
+        return hindsight_skill(trajectory, self.hindsight_replay(trajectory), plans[key])
 
     def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
         """Spans of `skill` naming a numbered receptacle or object ("drawer 3", "mug 1") that this episode's

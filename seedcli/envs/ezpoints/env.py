@@ -26,6 +26,7 @@ from seedcli.envs.ezpoints import prompt
 from seedcli.envs.ezpoints.episode import EZPointsGame
 from seedcli.envs.ezpoints.expert import demo_thought, oracle_formula
 from seedcli.envs.ezpoints.game import ACTION_NAMES, CANVAS_SIZE, TRAIN_SEED_RANGE, resolve_data_root, test_seeds
+from seedcli.envs.ezpoints.hindsight import HINDSIGHT_VERSION, hindsight_skill, winnable
 from seedcli.envs.ezpoints.projection import format_response, gym_projection
 from seedcli.envs.ezpoints.reward import ADVANTAGE_NORM, INVALID_PENALTY, SUCCESS_REWARD, card_spans
 from seedcli.envs.ezpoints.rules import RULES_VERSION, rules_skill
@@ -73,6 +74,7 @@ class EZPointsEnv(Environment):
     categories = (CATEGORY,)
     analysis_description = prompt.ANALYSIS_DESCRIPTION
     rules_version = RULES_VERSION
+    hindsight_version = HINDSIGHT_VERSION
     observation_modes = ("text", "image")
     reports_reward = True
     options_model = EZPointsOptions
@@ -147,6 +149,11 @@ class EZPointsEnv(Environment):
 
     def rules_skill(self, trajectory) -> tuple[str, str]:
         return rules_skill(trajectory)
+
+    def hindsight_skill(self, trajectory) -> tuple[str, str]:
+        """The turn after which 12 was out of reach (or the one that chose the operator of a win), against the
+        expert's next character there (`hindsight.hindsight_skill`)."""
+        return hindsight_skill(trajectory, self.hindsight_replay(trajectory, winnable))
 
     def oracle_skill(self, trajectory) -> str | None:
         """The formula for this game's cards (`expert.oracle_formula`): the values, the operator that makes 12 and

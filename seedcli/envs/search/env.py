@@ -23,6 +23,7 @@ from seedcli.envs.search import prompt
 from seedcli.envs.search.data import SPLITS, Question, default_corpus, load_split, question_index, resolve_data_root
 from seedcli.envs.search.episode import SearchGame
 from seedcli.envs.search.expert import UNKNOWN, expert_response
+from seedcli.envs.search.hindsight import HINDSIGHT_VERSION, hindsight_skill, retrieved
 from seedcli.envs.search.projection import format_response, parse_reply
 from seedcli.envs.search.retriever import TOPK, Retriever, make_retriever, normalise_url
 from seedcli.envs.search.reward import ADVANTAGE_NORM, INVALID_PENALTY, SUCCESS_REWARD, answer_in_text, answer_spans
@@ -131,6 +132,7 @@ class SearchEnv(Environment):
     counted_actions = {"search calls": "<search>"}  # the game searches whatever action parses as a search
     limit_per_category = True  # `seed eval --limit N`: N questions of each data source (Search-R1's practice)
     rules_version = RULES_VERSION
+    hindsight_version = HINDSIGHT_VERSION
     analysis_description = prompt.ANALYSIS_DESCRIPTION
     expert_modes = (False, True)
     options_model = SearchOptions
@@ -223,6 +225,17 @@ class SearchEnv(Environment):
 
     def rules_skill(self, trajectory) -> tuple[str, str]:
         return rules_skill(trajectory, self.card.category_name(getattr(trajectory, "category", "") or ""))
+
+    def hindsight_skill(self, trajectory) -> tuple[str, str]:
+        """The answer given although a retrieved passage states the golden one, else the search that missed it
+        (against the expert's search of the question), or a win's search that found it (`hindsight.hindsight_skill`).
+        Names the golden answer: privileged, as an analyzer reading the outcome is."""
+        task = Task(trajectory.task_id, trajectory.category, trajectory.split)
+        question = self.question(task)
+        answers = list(question.golden_answers)
+        plan = self.expert_plan(task, limit=1)  # the expert's first action: a search for the question's text
+        expert_search = retrieved(question.question, plan[0][1].observation, answers) if plan else None
+        return hindsight_skill(trajectory, self.hindsight_replay(trajectory), answers, expert_search)
 
     def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
         """Spans of `skill` where one of the question's golden answers occurs, both normalised as exact match

@@ -24,6 +24,7 @@ from seedcli.envs.card import EnvCard
 from seedcli.envs.sokoban import prompt
 from seedcli.envs.sokoban.episode import SokobanGame
 from seedcli.envs.sokoban.game import TEST_LIST_SIZE, TILE, TRAIN_SEED_HIGH, resolve_data_root, test_seeds
+from seedcli.envs.sokoban.hindsight import HINDSIGHT_VERSION, hindsight_skill, plan_length
 from seedcli.envs.sokoban.projection import MOVES, sokoban_projection
 from seedcli.envs.sokoban.reward import ADVANTAGE_NORM, INVALID_PENALTY, SUCCESS_REWARD, move_spans
 from seedcli.envs.sokoban.rules import RULES_VERSION, rules_skill
@@ -75,6 +76,7 @@ class SokobanEnv(Environment):
     categories = (CATEGORY,)
     analysis_description = prompt.ANALYSIS_DESCRIPTION
     rules_version = RULES_VERSION
+    hindsight_version = HINDSIGHT_VERSION
     observation_modes = ("text", "image")
     reports_reward = True
     options_model = SokobanOptions
@@ -145,6 +147,11 @@ class SokobanEnv(Environment):
 
     def rules_skill(self, trajectory) -> tuple[str, str]:
         return rules_skill(trajectory)
+
+    def hindsight_skill(self, trajectory) -> tuple[str, str]:
+        """The move after which the room could not be solved (or that left the shortest plan; a win's last push),
+        against the expert's move there (`hindsight.hindsight_skill`)."""
+        return hindsight_skill(trajectory, self.hindsight_replay(trajectory, plan_length))
 
     def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
         """Spans of `skill` writing 4 or more consecutive moves of this episode in a row (`reward.move_spans`); the

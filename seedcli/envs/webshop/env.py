@@ -23,6 +23,7 @@ from seedcli.envs.webshop import prompt
 from seedcli.envs.webshop.data import CATEGORIES, TASK_ID_RE, load_shop, resolve_data_root, task_id
 from seedcli.envs.webshop.episode import WebShopGame
 from seedcli.envs.webshop.expert import random_action
+from seedcli.envs.webshop.hindsight import HINDSIGHT_VERSION, hindsight_skill, page_state
 from seedcli.envs.webshop.projection import project_action
 from seedcli.envs.webshop.reward import ADVANTAGE_NORM, INVALID_PENALTY, SUCCESS_REWARD, goal_spans
 from seedcli.envs.webshop.rules import RULES_VERSION, rules_skill
@@ -76,6 +77,7 @@ class WebShopEnv(Environment):
     categories = CATEGORIES
     analysis_description = prompt.ANALYSIS_DESCRIPTION
     rules_version = RULES_VERSION
+    hindsight_version = HINDSIGHT_VERSION
     expert_modes = (False, True)
     options_model = WebShopOptions
     card = CARD
@@ -132,6 +134,13 @@ class WebShopEnv(Environment):
 
     def rules_skill(self, trajectory) -> tuple[str, str]:
         return rules_skill(trajectory)
+
+    def hindsight_skill(self, trajectory) -> tuple[str, str]:
+        """The turn that left the expert's path, the item it opened against the goal's options, price and kind (a
+        win's: the item bought), and the expert's action there (`hindsight.hindsight_skill`)."""
+        shop = self.shop()
+        goal = shop.goals[self.goal_index(trajectory.task_id)]
+        return hindsight_skill(trajectory, self.hindsight_replay(trajectory, page_state), shop, goal)
 
     def leaks(self, trajectory, skill: str) -> list[tuple[int, int]]:
         """Spans of `skill` naming the goal product of the trajectory's goal (`task_id` goal-N): its ASIN or its
