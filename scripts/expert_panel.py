@@ -3,7 +3,8 @@ trains on, so that `seed probe --measure absorption` can read, on those states, 
 
 `seed rl` draws its training tasks with `TaskSampler` (seedcli/rl/sampler.py): the split's seeded, category-balanced
 order, its first `train_fraction`. This rebuilds that pool for a seed and plays it with `seed eval --policy expert`
-(one episode a task, an ordinary eval run that `seed probe --from` reads).
+(one episode a task, an ordinary eval run that `seed probe --from` reads; `seed eval` refuses a training split,
+which this script alone lets it play).
 
     python scripts/expert_panel.py --env webshop --seed 0 --train-fraction 0.0015 --runs-dir runs/pc/panel-train-s0
 
@@ -46,6 +47,8 @@ def main() -> int:
         return [t for t in tasks if t.task_id in ids]
 
     Environment.select_tasks = select
+    # eval plays evaluation splits only; here the rl split is the point (this process only)
+    type(env).eval_splits = (*env.eval_splits, env.resolve_split(args.split))
     cfg = build_config("eval", None, {**base, "limit": len(pool)}, args.overrides)
     manifest = eval_stage.run(cfg)
     print(Path(args.runs_dir) / "eval" / manifest.run_id)

@@ -93,6 +93,8 @@ SCRIPT_SECTIONS: dict[str, tuple[str, ...]] = {
     "method_check": ("seeds", "arms"),  # scripts/method_check.sh: the seeds and the rl arguments of each arm
     "model": ("preset",),  # scripts/method_check.sh: the `seed model init` preset the check starts from
     "stage1": ("heldout_tasks",),  # scripts/method_check.sh: Stage 1 (collect → annotate → sft) before Stage 2
+    # scripts/positive_control.py: the start model, seeds, the rl pool and the panels, and the rl arguments of each arm
+    "positive_control": ("start", "seeds", "train_tasks", "heldout_panel", "arms"),
 }
 
 
