@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,21 +144,32 @@ def micro_batch_loss(
         old_logp = logp.detach()
         if reused is not None:
             reused.append(old_logp)
-    pg = ppo_clip_loss(logp, old_logp, batch["advantages"], mask, w.clip_eps, w.dual_clip, denom=n_all)
-    kl = token_mean(low_var_kl(logp, batch["ref_logp"]), mask, n_all) if use_ref else logp.new_zeros(())
     ent = token_mean(entropy, mask, n_all)
     opd_mask = batch["opd_mask"]
     n_opd = opd_mask.sum()
     contrast = batch.get("contrast_logp"), batch.get("contrast_mask")
-    if n_opd > 0:
-        opd, gate = opd_loss(
-            logp, batch["skill_logp"], opd_mask, w.opd_beta, n_opd_all, *contrast,
-            form=w.opd_form, clip=w.opd_clip, advantages=batch["advantages"],
-        )  # fmt: skip
-    else:
-        opd, gate = logp.new_zeros(()), torch.zeros_like(logp)
+
+    def terms(lp: torch.Tensor):
+        """(pg, kl, opd, gate) of the log-probs `lp` [B, T]: the loss's terms that reach the weights through ℓ_θ."""
+        pg = ppo_clip_loss(lp, old_logp, batch["advantages"], mask, w.clip_eps, w.dual_clip, denom=n_all)
+        kl = token_mean(low_var_kl(lp, batch["ref_logp"]), mask, n_all) if use_ref else lp.new_zeros(())
+        if n_opd > 0:
+            opd, gate = opd_loss(
+                lp, batch["skill_logp"], opd_mask, w.opd_beta, n_opd_all, *contrast,
+                form=w.opd_form, clip=w.opd_clip, advantages=batch["advantages"],
+            )  # fmt: skip
+        else:
+            opd, gate = lp.new_zeros(()), torch.zeros_like(lp)
+        return pg, kl, opd, gate
+
+    pg, kl, opd, gate = terms(logp)
     loss = total_loss(pg, kl, ent, opd, kl_coef=w.kl_coef, entropy_coef=w.entropy_coef, opd_coef=w.opd_coef)
-    grad_sq_opd, grad_sq_rest = _grad_sq_on_logp(logp, w.opd_coef * opd, pg + w.kl_coef * kl)
+
+    def opd_and_rest(lp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pg_, kl_, opd_, _ = terms(lp)
+        return w.opd_coef * opd_, pg_ + w.kl_coef * kl_
+
+    grad_sq_opd, grad_sq_rest = _grad_sq_on_logp(logp, opd_and_rest)
 
     with torch.no_grad():
         n = mask.sum()
@@ -205,23 +216,27 @@ def micro_batch_loss(
 
 
 def _grad_sq_on_logp(
-    logp: torch.Tensor, opd_term: torch.Tensor, rest: torch.Tensor
+    logp: torch.Tensor, opd_and_rest: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(‖∂ opd_term / ∂ℓ_θ‖², ‖∂ rest / ∂ℓ_θ‖²): each term's gradient on the response tokens' log-probs, the tensor
-    every term of the loss reaches the weights through (entropy aside), so their norms compare what each term asks of
-    the model's token probabilities; summed over micro-batches they are the mini-batch's. The OPD term's share of the
-    gradient norm (`opd/grad_share`) is ‖g_opd‖ / (‖g_opd‖ + ‖g_rest‖). Autograd through the loss arithmetic only
-    (the graph is kept for the backward that follows); zeros where ℓ_θ has no graph."""
+    """(‖∂ opd_term / ∂ℓ_θ‖², ‖∂ rest / ∂ℓ_θ‖²), with (opd_term, rest) = `opd_and_rest(ℓ_θ)`: each term's gradient on
+    the response tokens' log-probs, the tensor every term of the loss reaches the weights through (entropy aside), so
+    their norms compare what each term asks of the model's token probabilities; summed over micro-batches they are
+    the mini-batch's. The OPD term's share of the gradient norm (`opd/grad_share`) is ‖g_opd‖ / (‖g_opd‖ + ‖g_rest‖).
+    The terms are recomputed on a detached copy of ℓ_θ: autograd.grad on the model's own ℓ_θ would fire the hooks
+    FSDP2 registers on its forward's output (an unshard, a prefetch and a reshard per call: a collective that ranks
+    with and without OPD tokens run a different number of times). Zeros where ℓ_θ has no graph."""
     zero = logp.new_zeros((), dtype=torch.float32)
     if not logp.requires_grad:
         return zero, zero
-    out = []
-    for term in (opd_term, rest):
-        if not term.requires_grad:
-            out.append(zero)
-            continue
-        (g,) = torch.autograd.grad(term, logp, retain_graph=True, allow_unused=True)
-        out.append(zero if g is None else g.detach().float().pow(2).sum())
+    with torch.enable_grad():
+        leaf = logp.detach().requires_grad_(True)
+        out = []
+        for term in opd_and_rest(leaf):
+            if not term.requires_grad:
+                out.append(zero)
+                continue
+            (g,) = torch.autograd.grad(term, leaf, retain_graph=True, allow_unused=True)
+            out.append(zero if g is None else g.detach().float().pow(2).sum())
     return out[0], out[1]
 
 

@@ -341,14 +341,22 @@ def test_opd_grad_share_on_the_log_probs_by_hand():
     from seedcli.rl.losses import opd_loss, ppo_clip_loss
     from seedcli.rl.optimize import _grad_sq_on_logp, _share
 
-    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    weights = torch.tensor([[0.0, 0.0]], requires_grad=True)
+    logp = weights + torch.tensor([[-1.0, -2.0]])  # ℓ_θ as the model's output: a non-leaf with a graph behind it
+    hooked = []
+    logp.register_hook(lambda g: hooked.append(g))  # as FSDP2 hooks its root forward's output (an unshard)
     mask = torch.ones(1, 2)
-    pg = ppo_clip_loss(logp, logp.detach(), torch.tensor([[1.0, 1.0]]), mask)
-    teacher = logp.detach() + torch.tensor([[0.6, -0.2]])
-    opd, _ = opd_loss(logp, teacher, mask, form="signed", clip=1.0)
-    sq_opd, sq_rest = _grad_sq_on_logp(logp, 1.0 * opd, pg)
+    old, teacher = logp.detach(), logp.detach() + torch.tensor([[0.6, -0.2]])
+
+    def opd_and_rest(lp):
+        opd, _ = opd_loss(lp, teacher, mask, form="signed", clip=1.0)
+        return 1.0 * opd, ppo_clip_loss(lp, old, torch.tensor([[1.0, 1.0]]), mask)
+
+    sq_opd, sq_rest = _grad_sq_on_logp(logp, opd_and_rest)
     assert float(sq_rest) == pytest.approx(0.5)
     assert float(sq_opd) == pytest.approx(0.1)
     assert _share(float(sq_opd), float(sq_rest)) == pytest.approx(math.sqrt(0.1) / (math.sqrt(0.1) + math.sqrt(0.5)))
-    assert logp.grad is None  # the measurement leaves the gradients to the backward that follows
-    assert _share(0.0, 0.0) == 0.0 and _grad_sq_on_logp(logp.detach(), opd, pg) == (0.0, 0.0)
+    # the measurement leaves the gradients, and the hooks on ℓ_θ, to the backward that follows: under FSDP2 a hook
+    # fired per measurement is a collective that ranks with and without OPD tokens run unequally (a hang)
+    assert weights.grad is None and hooked == []
+    assert _share(0.0, 0.0) == 0.0 and _grad_sq_on_logp(logp.detach(), opd_and_rest) == (0.0, 0.0)
