@@ -111,7 +111,8 @@ class NoisyExpertPolicy:
             labels.append(expert)
             action = expert or self.fallback
             rng = random.Random(_derive_seed(self.seed, "noise", ep.spec.episode_id, len(ep.turns)))
-            choices = [a for a in (ep.last.admissible if ep.last else []) if a != action]
+            # a free-text environment (search) lists no admissible actions: its turns are never swapped
+            choices = [a for a in ((ep.last.admissible or []) if ep.last else []) if a != action]
             if ep.turns and choices and rng.random() < self.noise:
                 action = rng.choice(choices)
             out.append(Generated(self.respond(THINK, action)))

@@ -44,3 +44,20 @@ def test_thoughts_follow_the_object_through_the_episode():
 
 def test_a_task_without_an_object_gets_the_plain_thought():
     assert demo_thinks(_traj("", ["You arrive at desk 1."])) == [THINK]
+
+
+def test_the_noisy_expert_plays_a_free_text_environment_without_swapping_a_turn():
+    """Search lists no admissible actions (`admissible` None): the DART noise has nothing to draw from, so every turn
+    is the expert's (the warm start on search crashed with "'NoneType' object is not iterable")."""
+    from types import SimpleNamespace as NS
+
+    from seedcli.stages.demos import NoisyExpertPolicy
+
+    policy = NoisyExpertPolicy(noise=1.0, seed=0, respond=lambda think, action: action)
+    last = NS(expert_action="<answer>Paris</answer>", admissible=None)
+    ep = NS(last=last, turns=[object()], spec=NS(episode_id="e0"))  # a later turn: noise would apply
+    (out,) = policy.act(["prompt"], [ep], 1)
+    assert out.text == "<answer>Paris</answer>"
+    listed = NS(last=NS(expert_action="north", admissible=["north", "south"]), turns=[object()], spec=NS(episode_id="e1"))
+    (swapped,) = policy.act(["prompt"], [listed], 1)
+    assert swapped.text == "south"  # noise 1.0 with a list to draw from: the other action
