@@ -289,9 +289,10 @@ def demo_examples(demos: list[DemoEpisode], tokenizer, env=None) -> list[tuple[l
 
 
 def usable(label: str | None, turn) -> bool:
-    """A label worth cloning: admissible, and not the env's "look" placeholder for a silent expert (the hand-coded
-    expert never says "look"; it goes quiet after its own plan fails)."""
-    return bool(label) and label != "look" and label in turn.admissible
+    """A label worth cloning: admissible (where the turn lists admissible actions: a free-text environment such as
+    search lists none, and its expert's action is the label), and not the env's "look" placeholder for a silent expert
+    (the hand-coded expert never says "look"; it goes quiet after its own plan fails)."""
+    return bool(label) and label != "look" and (not turn.admissible or label in turn.admissible)
 
 
 def analysis_example_texts(demos: list[DemoEpisode], max_chars: int, env=None) -> list[tuple[str, str]]:

@@ -61,3 +61,17 @@ def test_the_noisy_expert_plays_a_free_text_environment_without_swapping_a_turn(
     listed = NS(last=NS(expert_action="north", admissible=["north", "south"]), turns=[object()], spec=NS(episode_id="e1"))
     (swapped,) = policy.act(["prompt"], [listed], 1)
     assert swapped.text == "south"  # noise 1.0 with a list to draw from: the other action
+
+
+def test_a_free_text_environments_expert_labels_are_cloned():
+    """Search's turns list no admissible actions; its expert's actions are still labels to clone (before, `usable`
+    asked `label in turn.admissible` and the warm start on search found "none of the 96 demonstration games won")."""
+    from types import SimpleNamespace as NS
+
+    from seedcli.stages.demos import usable
+
+    assert usable("<search>who wrote it</search>", NS(admissible=None))
+    assert usable("<answer>Paris</answer>", NS(admissible=[]))
+    assert usable("go to desk 1", NS(admissible=["go to desk 1", "look"]))
+    assert not usable("go to desk 9", NS(admissible=["go to desk 1"]))  # a listed turn still checks membership
+    assert not usable("look", NS(admissible=None)) and not usable(None, NS(admissible=None))
