@@ -223,18 +223,52 @@ def _scorer(model_dir: Path, cfg: ProbeConfig):
     return Scorer(lm, compute_dtype=compute if compute == torch.bfloat16 else None, share_prefix=True), device
 
 
-def _baseline_rows(cfg: ProbeConfig) -> list[dict] | None:
-    """The absorption rows of `cfg.baseline` (a complete probe run that measured absorption), or None."""
+def _baseline_rows(cfg: ProbeConfig, source: Manifest) -> list[dict] | None:
+    """The absorption rows of `cfg.baseline` (a complete probe run that measured absorption on the panel `source`,
+    drawing its own samples alike), or None."""
     if not cfg.baseline:
         return None
     base = Path(cfg.baseline)
     if not base.exists():
         raise UserError(f"--baseline {base}: no such directory")
-    verify_run(base, "probe", runs_dir=cfg.runs_dir)
+    manifest = verify_run(base, "probe", runs_dir=cfg.runs_dir)
     path = base / "absorption.jsonl"
     if not path.exists():
         raise UserError(f"--baseline {base}: that probe did not measure absorption (run it with --measure absorption)")
+    problem = baseline_problem(cfg, source, manifest, orjson.loads((base / "probe.json").read_bytes()))
+    if problem:
+        raise UserError(problem)
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def panel_problem(cfg: ProbeConfig, episodes: list[Trajectory]) -> str:
+    """Why `episodes` cannot be absorption's panel ("" when they can): it scores their actions as the expert's."""
+    played = sorted({ep.policy for ep in episodes} - {"expert"})
+    if not played:
+        return ""
+    return (
+        f"--measure {cfg.measure} scores the panel's actions as the expert's, and --from {cfg.from_run}'s episodes "
+        f"were played by the {' and '.join(played)} policy: play the panel with `seed eval --policy expert`"
+    )
+
+
+def baseline_problem(cfg: ProbeConfig, source: Manifest, baseline: Manifest, result: dict) -> str:
+    """Why the probe `baseline` (its manifest and probe.json) cannot pair with this one ("" when it can): another
+    panel (episode ids repeat across runs: e0000 is every eval's first), or its own samples drawn otherwise."""
+    panel = [i.run_id for i in baseline.inputs if i.stage in EPISODE_FILES]
+    if source.run_id not in panel:
+        return (
+            f"--baseline {cfg.baseline} probed the episodes of {', '.join(panel) or 'no run'}, not those of --from "
+            f"{cfg.from_run} ({source.run_id}): pair two probes of the same panel"
+        )
+    drawn = result.get("absorption") or {}
+    for key in ("temperature", "max_new_tokens"):
+        if drawn.get(key) != getattr(cfg, key):
+            return (
+                f"--baseline {cfg.baseline} drew the model's own samples with {key}={drawn.get(key)}, this probe with "
+                f"{getattr(cfg, key)}: give both the same {key}"
+            )
+    return ""
 
 
 def _score_pairs(scorer, device, pad: int, cfg: ProbeConfig, pairs: dict[str, list], label: str) -> None:
@@ -257,8 +291,10 @@ def run(cfg: ProbeConfig) -> Manifest:
     model_dir = check_model_dir(cfg.model)
     check_model_sees(env, model_dir, "--model")
     chained = model_run(model_dir)
-    baseline = _baseline_rows(cfg)
     do_contexts, do_absorb = cfg.measure in ("contexts", "both"), cfg.measure in ("absorption", "both")
+    if do_absorb and (problem := panel_problem(cfg, episodes)):
+        raise UserError(problem)
+    baseline = _baseline_rows(cfg, source)
     reward = Reward(env.success_reward, env.invalid_penalty)
     scores = torch.tensor([reward.episode(ep) for ep in episodes], dtype=torch.float64)
     advantages = group_advantages(scores, [ep.group_id for ep in episodes], traj_ids=[ep.episode_id for ep in episodes])

@@ -174,3 +174,26 @@ def test_absorption_summary_and_pairing_over_episodes_by_hand():
     assert paired["expert_action_logp"]["se"] == pytest.approx(0.25)  # differences 0.5, 1.0: sd 0.3536 / √2
     assert paired["own_gap"]["mean"] == pytest.approx(-0.15) and paired["own_gap"]["down"] == 1
     assert paired["own_gap_action"]["episodes"] == 1 and paired["own_gap_action"]["mean"] == pytest.approx(-0.4)
+
+
+def test_absorption_refuses_a_panel_it_would_misread():
+    """Absorption scores the panel's actions as the expert's, and pairs a baseline by episode id, which repeats across
+    runs (every eval's first episode is e0000): a model-played panel, a baseline probe of another panel, or one whose
+    own samples were drawn at another temperature would give figures that mean something else, so each is refused."""
+    from seedcli.artifacts import InputRef
+    from seedcli.stages.probe import baseline_problem, panel_problem
+
+    cfg = NS(measure="absorption", from_run="runs/eval/B", baseline="runs/probe/P", temperature=0.4, max_new_tokens=128)
+    assert panel_problem(cfg, [NS(policy="expert")] * 2) == ""
+    assert "model policy" in panel_problem(cfg, [NS(policy="expert"), NS(policy="model")])
+
+    def probe_of(run_id: str):
+        ref = InputRef(stage="eval", run_id=run_id, path=f"/runs/eval/{run_id}", manifest_sha256="0" * 64)
+        return NS(inputs=[ref])
+
+    drawn = {"absorption": {"temperature": 0.4, "max_new_tokens": 128}}
+    source = NS(run_id="B")
+    assert baseline_problem(cfg, source, probe_of("B"), drawn) == ""
+    assert "not those of --from runs/eval/B (B)" in baseline_problem(cfg, source, probe_of("A"), drawn)
+    hotter = {"absorption": {"temperature": 1.0, "max_new_tokens": 128}}
+    assert "temperature=1.0" in baseline_problem(cfg, source, probe_of("B"), hotter)
