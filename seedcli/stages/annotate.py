@@ -424,8 +424,11 @@ def _jobs(cfg: AnnotateConfig, key_model: str, trajectories: list[Trajectory]) -
         prompt = render_trajectory_analysis(traj, description=env_class(traj.env).analysis_description)
         images = analysis_images(traj, prompt)
         endpoint = cfg.base_url if cfg.analyzer in HTTP_ANALYZERS else None
+        # the hindsight analyzer replays the episode in its own task's game, which the prompt need not tell apart (a
+        # WebShop instruction two goals share, ALFWorld's trials of one room and goal): one question per task
+        asked = f"{traj.split}/{traj.task_id}\n{prompt}" if cfg.analyzer == "hindsight" else prompt
         key = request_key(
-            cfg.analyzer, key_model, version, prompt, cfg.temperature, cfg.max_tokens, images, endpoint=endpoint
+            cfg.analyzer, key_model, version, asked, cfg.temperature, cfg.max_tokens, images, endpoint=endpoint
         )
         jobs.setdefault(key, Job(key, prompt, version, images)).trajectories.append(traj)
     return jobs

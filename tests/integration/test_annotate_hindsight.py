@@ -78,3 +78,14 @@ def test_the_cli_runs_hindsight_and_prints_the_audit(collect_run):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["metrics"]["annotate/kept"] == len(trajs) - 1
     assert 0 < result["metrics"]["skills/leak_chars_frac"] < 1
+
+
+def test_two_tasks_whose_episodes_read_alike_get_their_own_replays(collect_run):
+    """annotate asks one question per distinct analysis prompt; the hindsight skill comes from replaying the episode
+    in its own task's game, which the prompt need not tell apart (a WebShop instruction two goals share), so two
+    tasks' episodes that read alike are two questions for it (and stay one for an analyzer that reads the prompt)."""
+    _, _, trajs = collect_run
+    twin = trajs[0].model_copy(update={"episode_id": "twin", "task_id": trajs[1].task_id})
+    for analyzer, expected in (("hindsight", 2), ("rules", 1)):
+        jobs = annotate._jobs(AnnotateConfig(analyzer=analyzer), "m", [trajs[0], twin])
+        assert len(jobs) == expected, analyzer
