@@ -47,6 +47,7 @@ from seedcli.analyzers.policy import analyze_with_engine
 from seedcli.artifacts import Manifest, model_run, open_run, verify_run
 from seedcli.config.probe import ProbeConfig
 from seedcli.envs.base import Environment
+from seedcli.envs.hindsight import ReplayMismatch
 from seedcli.errors import UserError
 from seedcli.precision import compute_dtype
 from seedcli.progress import StageProgress
@@ -150,7 +151,12 @@ def _own_skills(cfg: ProbeConfig, env: Environment, engine, episodes: list[Traje
     elif spec == "rules":
         skills = [env.rules_skill(ep)[1] or None for ep in episodes]
     elif spec == "hindsight":  # the episode replayed against the expert (`seed annotate --analyzer hindsight`)
-        skills = [env.hindsight_skill(ep)[1] or None for ep in episodes]
+        skills = [None] * len(episodes)
+        for i, ep in enumerate(episodes):
+            try:
+                skills[i] = env.hindsight_skill(ep)[1] or None
+            except ReplayMismatch as exc:  # as annotate and rl: that episode has no skill, and the reason says why
+                reasons[i] = f"hindsight_replay_mismatch: {exc}"
     elif spec == "self":
         parsed = []
         with StageProgress("probe own skills", len(episodes)) as progress:

@@ -89,3 +89,19 @@ def test_two_tasks_whose_episodes_read_alike_get_their_own_replays(collect_run):
     for analyzer, expected in (("hindsight", 2), ("rules", 1)):
         jobs = annotate._jobs(AnnotateConfig(analyzer=analyzer), "m", [trajs[0], twin])
         assert len(jobs) == expected, analyzer
+
+
+def test_probe_hindsight_skills_reject_an_episode_the_replay_does_not_reproduce(collect_run, tmp_path):
+    """`seed probe --skills hindsight`: an episode the replay does not reproduce gets no own skill and says why (as
+    annotate and rl do), rather than ending the probe after its model has loaded."""
+    from types import SimpleNamespace as NS
+
+    from seedcli.stages import probe
+
+    _, _, trajs = collect_run
+    episodes = [trajs[0], trajs[-1]]  # a won episode and the forged one
+    out = tmp_path / "skills.jsonl"
+    skills = probe._own_skills(NS(skills="hindsight"), get_env("ezpoints"), None, episodes, out)
+    assert skills[0] == get_env("ezpoints").hindsight_skill(trajs[0])[1] and skills[1] is None
+    rows = read_jsonl(out)
+    assert rows[0]["reason"] is None and rows[1]["reason"].startswith("hindsight_replay_mismatch: the replayed game")
