@@ -75,3 +75,29 @@ def test_a_free_text_environments_expert_labels_are_cloned():
     assert usable("go to desk 1", NS(admissible=["go to desk 1", "look"]))
     assert not usable("go to desk 9", NS(admissible=["go to desk 1"]))  # a listed turn still checks membership
     assert not usable("look", NS(admissible=None)) and not usable(None, NS(admissible=None))
+
+
+def test_the_greedy_check_reads_a_free_text_environments_turns():
+    """The warm start's greedy check after training counts admissible replies; a search turn lists none (None), and
+    `action in None` crashed the run after the weights were saved. A free-text reply that parses is admissible."""
+    from types import SimpleNamespace as NS
+
+    from seedcli.envs import get_env
+    from seedcli.stages.demos import DemoEpisode
+    from seedcli.stages.warmstart import greedy_check
+
+    env = get_env("search")
+    reply = env.format_response("I search.", "<search>who wrote it</search>")
+    turn = NS(prompt="Q?", admissible=None)
+    demo = DemoEpisode.model_construct(trajectory=NS(won=True, turns=[turn]), labels=["<search>who wrote it</search>"])
+
+    class Engine:
+        def render(self, messages):
+            return [1, 2, 3]
+
+        def generate(self, prompts, **kw):
+            return [NS(text=reply) for _ in prompts]
+
+    check = greedy_check(Engine(), [demo], turns=4, seed=0, env=env)
+    assert check["turns"] == 1 and check["valid_rate"] == 1.0 and check["admissible_rate"] == 1.0
+    assert check["expert_action_rate"] == 1.0  # the expert's own action at that state
