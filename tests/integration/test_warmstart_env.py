@@ -114,3 +114,20 @@ def test_model_init_refuses_an_unknown_env_or_warm_start_before_building(tmp_pat
     bad_kind = CliRunner().invoke(app, ["model", "init", "--out", str(out), "--warm-start", "walkthrough"])
     assert bad_kind.exit_code == 2 and "unknown --warm-start 'walkthrough'; use expert" in bad_kind.stderr
     assert not out.exists()  # nothing was built
+
+
+def test_search_warm_start_clones_a_free_text_expert(tmp_path):
+    """Search lists no admissible actions: its expert's turns are still labels to clone, the DART noise leaves them
+    be, and the greedy check reads the replies (each of the three crashed or cloned nothing before)."""
+    from seedcli.config import WarmStartConfig
+    from seedcli.engines.tiny import build_tiny_model
+    from seedcli.envs import sample_texts
+    from seedcli.stages.warmstart import warm_start
+
+    model_dir = build_tiny_model(tmp_path / "m", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)
+    cfg = WarmStartConfig(model=str(model_dir), games=6, epochs=1, seed=0, noise=NOISE, workers=0,
+                          cache_dir=str(tmp_path / "cache"), lr=3e-3, check_turns=2, env="search",
+                          skill_writing=False)  # fmt: skip
+    record = warm_start(model_dir, cfg)
+    assert record["env"] == "search" and record["turns"] > 0  # the won games' turns were cloned
+    assert record["check"]["turns"] == 2 and 0.0 <= record["check"]["admissible_rate"] <= 1.0
