@@ -242,7 +242,8 @@ def plot(result: dict[str, Any], out: Path) -> None:
 # What distillation moves, read off the student itself on a fixed panel of states (expert-played episodes): the
 # student's log-prob, with no skill in its prompt, of the expert's action tokens (a student that absorbed what the
 # oracle-informed teacher prefers writes the expert's action more likely), and the teacher gap on the student's own
-# samples at those states, ℓ_oracle − ℓ_none (a student that absorbed it has less left to be taught: the gap shrinks).
+# samples at those states, ℓ_oracle − ℓ_none (a student that absorbed it has less left to be taught: the gap closes;
+# on samples drawn at temperature 1 it is −KL(π_none ‖ π_oracle) ≤ 0, so it rises toward 0).
 # Each is one number per panel episode, so two models on the same panel pair episode by episode.
 
 ABSORPTION = ("expert_action_logp", "own_gap", "own_gap_action")
@@ -296,7 +297,7 @@ def absorption_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def absorption_paired(base: Sequence[dict[str, Any]], other: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """`other` − `base` per measure over the panel episodes both have it for (matched by episode id): the mean
     paired difference, its standard error, N, and the episodes up and down. Absorption shows as expert_action_logp
-    up and own_gap down."""
+    up and own_gap toward 0 (up from below)."""
     by_id = {r["episode_id"]: r for r in base}
     out: dict[str, Any] = {}
     for key in ABSORPTION:

@@ -25,7 +25,8 @@ by the expert, are a fixed panel of states; at each, the model's log-prob with n
 action tokens, and the teacher gap ℓ_oracle − ℓ_none on the model's own sample there (one sample a state, its seed
 fixed by the state, so two models on one panel draw alike). One row per episode in absorption.jsonl; `baseline` (the
 start model's probe on the same panel) pairs them episode by episode: an arm that absorbed its oracle-informed
-teacher shows the expert's action tokens up and the gap down against its start.
+teacher shows the expert's action tokens up and the gap closing toward 0 (it starts below: on the model's own
+samples a self-teacher's gap is about −KL(π_none ‖ π_oracle)) against its start.
 
     seed eval --env webshop --policy expert --split train --limit 32 --runs-dir runs/panel     # the training panel
     seed probe --env webshop --from runs/panel/eval/latest --model START --measure absorption
