@@ -9,7 +9,8 @@ panels of expert-played states, the tasks the seed's rl runs trained on and held
     python scripts/positive_control.py -c configs/positive_control.yaml --runs runs/pc --report-only
 
 Resumable: every finished step is named in RUNS/index.json with its run directory and kept on the next call (delete
-an entry to redo it); an rl run killed mid-way continues from its last checkpoint. Each command, its wall time and its
+an entry to redo it); an rl run killed mid-way continues from its last checkpoint. Two drivers may share RUNS (other
+arms side by side, started once the first has made the panels). Each command, its wall time and its
 exit code go to RUNS/commands.jsonl, its output to RUNS/logs/<step>.log. The document is regenerated at the end
 (scripts/positive_control_report.py).
 
@@ -20,6 +21,7 @@ The training panel of seed s is the pool `seed rl seed=s` draws its tasks from (
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shlex
@@ -43,11 +45,23 @@ class Steps:
         self.index = json.loads(self.path.read_text()) if self.path.exists() else {}
 
     def done(self, name: str) -> str | None:
-        return self.index.get(name)
+        return self._read().get(name)
+
+    def _read(self) -> dict:
+        return json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def _record(self, name: str, run: str) -> None:
+        """Add one entry to index.json under a lock, re-read first: two drivers on the same RUNS (other arms, side
+        by side) keep each other's entries."""
+        with open(self.runs / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.index = {**self._read(), name: run}
+            self.path.write_text(json.dumps(self.index, indent=1))
 
     def run(self, name: str, words: list[str], resume_stage: str | None = None) -> str:
         """Run `words` (a `seed … --json` command, or a script printing its run directory last) unless done; returns
         the run directory it made."""
+        self.index = self._read()
         if name in self.index:
             return self.index[name]
         if resume_stage:
@@ -74,8 +88,7 @@ class Steps:
             tail = (self.runs / "logs" / f"{name}.log").read_text().strip().splitlines()[-5:]
             raise SystemExit(f"step {name} failed (rc {proc.returncode}): see {self.runs}/logs/{name}.log\n" +
                              "\n".join(tail))  # fmt: skip
-        self.index[name] = run
-        self.path.write_text(json.dumps(self.index, indent=1))
+        self._record(name, run)
         print(f"   {name}: {seconds:.0f}s → {run}", flush=True)
         return run
 
@@ -126,7 +139,8 @@ def main() -> int:
         # the start's figures: success on the held-out test tasks, absorption on the held-out panel
         steps.run("eval_start", [*seed, "eval", *c, "--runs-dir", str(runs), "--model", start, "--json"], "eval")
         heldout = steps.run("panel_heldout", [*seed, "eval", *c, "--runs-dir", str(runs / "panel-heldout"),
-                                              "--policy", "expert", f"limit={pc['heldout_panel']}", "--json"])  # fmt: skip
+                                              "--policy", "expert", f"limit={pc.get('heldout_limit', pc['heldout_panel'])}",
+                                              "--json"])  # fmt: skip
         probe = [*seed, "probe", *c, "--runs-dir", str(runs), "--measure", "absorption"]
         base_heldout = steps.run("absorb_start_heldout", [*probe, "--from", heldout, "--model", start,
                                                           f"episodes={pc['heldout_panel']}", "--json"])  # fmt: skip

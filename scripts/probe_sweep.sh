@@ -3,7 +3,7 @@
 # PANEL expert-played held-out episodes (skills: the oracle against another task's oracle, the model's own against
 # another task's own; absorption's starting figures), one `seed eval --policy expert` and one `seed probe` each.
 #   bash scripts/probe_sweep.sh                       # every environment, into runs/sweep/<env>/
-#   ENVS="search webshop" PANEL=16 SKILLS=rules bash scripts/probe_sweep.sh
+#   ENVS="sokoban webshop" PANEL=8 SKILLS=none MEASURE=contexts bash scripts/probe_sweep.sh   # the cheapest read
 # Resumable: an environment whose probe finished is kept (delete runs/sweep/<env>/probe to redo it).
 # The table of docs/skill-probe.md is printed by `python scripts/probe_sweep_table.py runs/sweep`.
 {
@@ -16,7 +16,8 @@ MODEL=${MODEL:-models/smollm2}
 ENGINE=${ENGINE:-vllm}
 ENVS=${ENVS:-search sokoban webshop alfworld ezpoints}
 PANEL=${PANEL:-32}
-SKILLS=${SKILLS:-self}  # the own skill: self (the model writes it: minutes of generation) | rules (none)
+SKILLS=${SKILLS:-self}  # the own skill: self (the model writes it: minutes of generation) | rules | none (no own context)
+MEASURE=${MEASURE:-both}  # contexts | absorption | both (absorption adds a sample a state and two scorings of it)
 [ -f "$MODEL/config.json" ] || seed model init --preset smollm2-135m-instruct --out "$MODEL"
 split_of() { case $1 in alfworld) echo valid_unseen ;; *) echo test ;; esac; }
 for env in $ENVS; do
@@ -31,7 +32,7 @@ for env in $ENVS; do
   echo "== $env: probe ($(date -u +%H:%M:%S))"
   start=$(date +%s)
   seed probe --env "$env" --from "$dir/eval/latest" --model "$MODEL" --runs-dir "$dir" --engine "$ENGINE" \
-    --skills "$SKILLS" --episodes "$n" --max-new-tokens 128 --temperature 0.4 --measure both \
+    --skills "$SKILLS" --episodes "$n" --max-new-tokens 128 --temperature 0.4 --measure "$MEASURE" \
     analyzer_max_new_tokens=160 --json > "$dir/probe.out" 2> "$dir/probe.log" || { tail -5 "$dir/probe.log"; exit 1; }
   echo "== $env: probe done in $(( $(date +%s) - start ))s"
 done
