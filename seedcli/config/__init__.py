@@ -94,7 +94,7 @@ SCRIPT_SECTIONS: dict[str, tuple[str, ...]] = {
     "model": ("preset",),  # scripts/method_check.sh: the `seed model init` preset the check starts from
     "stage1": ("heldout_tasks",),  # scripts/method_check.sh: Stage 1 (collect → annotate → sft) before Stage 2
     # scripts/positive_control.py: the start model, seeds, the rl pool and the panels, and the rl arguments of each arm
-    "positive_control": ("start", "seeds", "train_tasks", "heldout_panel", "arms"),
+    "positive_control": ("start", "seeds", "train_tasks", "heldout_panel", "heldout_limit", "arms"),
 }
 
 
