@@ -246,7 +246,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
 # on samples drawn at temperature 1 it is −KL(π_none ‖ π_oracle) ≤ 0, so it rises toward 0).
 # Each is one number per panel episode, so two models on the same panel pair episode by episode.
 
-ABSORPTION = ("expert_action_logp", "own_gap", "own_gap_action")
+ABSORPTION = ("expert_action_logp", "expert_final_action_logp", "own_gap", "own_gap_action")
 
 
 def _mean_over(tensors: Sequence[torch.Tensor]) -> tuple[float | None, int]:
@@ -263,7 +263,8 @@ def absorption_rows(
 ) -> list[dict[str, Any]]:
     """One row per panel episode (`TurnScores.episode` indexes `episode_ids`):
     - expert_action_logp: the mean of ℓ_none over the expert's action tokens (`expert`: the expert's replies scored
-      with no skill), the episode's tokens pooled;
+      with no skill, in turn order), the episode's tokens pooled; expert_final_action_logp: the same over its last
+      turn's action alone (search: the answer; a turn the oracle names outright), and expert_turns each turn's;
     - own_gap: the mean of ℓ_oracle − ℓ_none over every token of the student's own samples at the episode's states
       (`own`: scored under none and oracle); own_gap_action: the same over the tokens that spell each sample's action.
     A measure the episode has no token for is None."""
@@ -271,6 +272,8 @@ def absorption_rows(
     for e, episode_id in enumerate(episode_ids):
         mine = [t for t in expert if t.episode == e]
         logp, n_expert = _mean_over([t.logp["none"][torch.tensor(t.action, dtype=torch.bool)] for t in mine])
+        per_turn = [_mean_over([t.logp["none"][torch.tensor(t.action, dtype=torch.bool)]])[0] for t in mine]
+        final = next((m for m in reversed(per_turn) if m is not None), None)
         samples = [t for t in own if t.episode == e and "oracle" in t.logp]
         gaps = [t.logp["oracle"] - t.logp["none"] for t in samples]
         gap, n_own = _mean_over(gaps)
@@ -278,8 +281,8 @@ def absorption_rows(
             [g[torch.tensor(t.action, dtype=torch.bool)] for g, t in zip(gaps, samples, strict=True)]
         )
         rows.append({"episode_id": episode_id, "expert_action_logp": logp, "expert_action_tokens": n_expert,
-                     "own_gap": gap, "own_tokens": n_own, "own_gap_action": gap_action,
-                     "own_action_tokens": n_action})  # fmt: skip
+                     "expert_final_action_logp": final, "expert_turns": per_turn, "own_gap": gap, "own_tokens": n_own,
+                     "own_gap_action": gap_action, "own_action_tokens": n_action})  # fmt: skip
     return rows
 
 
@@ -321,6 +324,7 @@ def absorption_table(result: dict[str, Any]):
     for col in ("measure", "mean ± SE", "episodes", "− baseline (paired)", "up/down"):
         t.add_column(col, justify="left" if col == "measure" else "right")
     names = {"expert_action_logp": "ℓ of the expert's action tokens, no skill",
+             "expert_final_action_logp": "  … of its last action alone",
              "own_gap": "teacher gap on own samples (oracle − none)",
              "own_gap_action": "  … on their action tokens"}  # fmt: skip
     for key, s in result["absorption"]["summary"].items():

@@ -140,6 +140,7 @@ def test_absorption_on_a_two_token_example_by_hand():
     (row,) = absorption_rows(["e0"], expert, own)
     assert row["expert_action_logp"] == pytest.approx(ln(0.5))  # the action token only: ln 0.5 = −0.693
     assert row["expert_action_tokens"] == 1
+    assert row["expert_final_action_logp"] == pytest.approx(ln(0.5)) and row["expert_turns"] == [pytest.approx(ln(0.5))]
     # (ln(0.6/0.2) + ln(0.4/0.8)) / 2 = (1.0986 − 0.6931) / 2 = +0.2027
     assert row["own_gap"] == pytest.approx((ln(3.0) + ln(0.5)) / 2)
     assert row["own_tokens"] == 2
@@ -197,3 +198,18 @@ def test_absorption_refuses_a_panel_it_would_misread():
     assert "not those of --from runs/eval/B (B)" in baseline_problem(cfg, source, probe_of("A"), drawn)
     hotter = {"absorption": {"temperature": 1.0, "max_new_tokens": 128}}
     assert "temperature=1.0" in baseline_problem(cfg, source, probe_of("B"), hotter)
+
+
+def test_absorption_reads_the_expert_s_last_action_apart():
+    """Two expert turns (a search whose action is two tokens, then an answer of one): the last action's mean is
+    the answer's alone, the pooled mean weighs the three action tokens alike, and a turn without action tokens (its
+    action not found in the reply) does not count as the last."""
+    ln = math.log
+    expert = [TurnScores(0, True, 0.0, [True, True, False], {"none": torch.tensor([ln(0.9), ln(0.7), ln(0.5)])}),
+              TurnScores(0, True, 0.0, [False, True], {"none": torch.tensor([ln(0.4), ln(0.2)])}),
+              TurnScores(0, True, 0.0, [False], {"none": torch.tensor([ln(0.3)])})]  # fmt: skip
+    (row,) = absorption_rows(["e0"], expert, [])
+    assert row["expert_final_action_logp"] == pytest.approx(ln(0.2))
+    assert row["expert_action_logp"] == pytest.approx((ln(0.9) + ln(0.7) + ln(0.2)) / 3)
+    assert row["expert_turns"][0] == pytest.approx((ln(0.9) + ln(0.7)) / 2) and row["expert_turns"][2] is None
+    assert row["own_gap"] is None  # no own sample scored
