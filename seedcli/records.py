@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -190,25 +191,44 @@ def dumps(record: BaseModel | dict) -> bytes:
 
 
 class JsonlWriter:
-    """Appends records, flushing each so that a killed process loses at most the line being written."""
+    """Appends records as a journal does: each line goes to the file at once (no buffer), and a write that fails
+    part-way (a full disk, Ctrl-C) is cut back to the last whole record, so a killed or failed process leaves whole
+    lines only and nothing is written again later (a buffered file retries its pending bytes when it is closed or
+    collected, which can put a whole record after the half of it that reached the disk)."""
 
     def __init__(self, path: Path, fsync: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         repair_tail(self.path)
-        self._fh = open(self.path, "ab")
+        self._fh = open(self.path, "ab", buffering=0)
         self._fsync = fsync
 
     def write(self, record: BaseModel | dict) -> None:
-        self._fh.write(dumps(record))
-        self._fh.flush()
+        view = memoryview(dumps(record))
+        end = os.fstat(self._fh.fileno()).st_size  # where this record starts (another writer may have appended)
+        try:
+            while view:  # a short write (a disk filling up) writes the rest, or fails on the next call
+                view = view[self._fh.write(view) :]
+        except BaseException:
+            self._cut(end)
+            raise
         if self._fsync:
             os.fsync(self._fh.fileno())
 
+    def _cut(self, end: int) -> None:
+        """Drop what a failed write left after the last whole record (truncating needs no free space)."""
+        try:
+            os.ftruncate(self._fh.fileno(), end)
+        except OSError:
+            pass  # the reader cuts a half-written last line too (`repair_tail`)
+
     def close(self) -> None:
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
+        if self._fh.closed:
+            return
+        try:
+            os.fsync(self._fh.fileno())
+        finally:
+            self._fh.close()
 
     def __enter__(self) -> JsonlWriter:
         return self
@@ -217,25 +237,42 @@ class JsonlWriter:
         self.close()
 
 
-def repair_tail(path: Path) -> int:
-    """Drop a partial last line left by a crash; returns the number of bytes removed."""
+def repair_tail(path: Path, model: type[BaseModel] | None = None) -> int:
+    """Drop a half-written last line left by a crash or a full disk, as a journal does; returns the number of bytes
+    removed. A last line without its newline is cut; with `model`, so is a last line that ends in a newline but does
+    not parse as one record (a write that failed part-way and was retried whole after it). Only the last line: a bad
+    line before good ones is damage the reader reports."""
+    path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return 0
     with open(path, "rb+") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        fh.seek(max(0, size - 1))
-        if fh.read(1) == b"\n":
-            return 0
-        data_start = max(0, size - (1 << 20))
+        size = fh.seek(0, os.SEEK_END)
+        data_start = max(0, size - (1 << 22))
         fh.seek(data_start)
         tail = fh.read()
-        cut = tail.rfind(b"\n")
-        new_size = data_start + cut + 1 if cut >= 0 else 0
-        if cut < 0 and data_start > 0:
-            return 0  # a single line longer than 1 MiB: leave it to the reader to report
-        fh.truncate(new_size)
-        return size - new_size
+        body = tail[:-1] if tail.endswith(b"\n") else tail
+        if body is tail or (model is not None and body.strip() and not _parses(body[body.rfind(b"\n") + 1 :], model)):
+            cut = body.rfind(b"\n")
+            if cut < 0 and data_start > 0:
+                return 0  # a single line longer than 4 MiB: leave it to the reader to report
+            new_size = data_start + cut + 1
+            fh.truncate(new_size)
+            if body is not tail:
+                print(f"{path}: cut its half-written last line ({size - new_size} bytes)", file=sys.stderr)
+            return size - new_size
+    return 0
+
+
+def _parses(line: bytes, model: type[BaseModel]) -> bool:
+    """Whether `line` is one whole record of `model` (a newer schema's counts: the reader refuses it by name)."""
+    try:
+        data = orjson.loads(line)
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if not (isinstance(version, int) and version > RECORD_SCHEMA_VERSION):
+            model.model_validate(data)
+    except Exception:  # noqa: BLE001 - any parse or validation problem: not a whole record
+        return False
+    return True
 
 
 def iter_jsonl(path: Path, model: type[T] | None = None) -> Iterator[T | dict]:

@@ -64,3 +64,47 @@ def smollm2_dir() -> Path:
         return cached_preset("smollm2-135m-instruct")
     except UserError as e:
         pytest.skip(str(e))
+
+
+def _cached_build(request, name: str, inputs: list[bytes | str], build) -> Path:
+    """`build(out)` run once for the whole test run, xdist workers included, and kept in pytest's cache directory
+    as `<sha256 of inputs>/<name>` (a later run with the same inputs reuses it): built beside, renamed into place,
+    the other workers waiting on a file lock meanwhile."""
+    import fcntl
+    import hashlib
+    import shutil
+    import tempfile
+
+    digest = hashlib.sha256()
+    for part in inputs:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "little") + data)
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: then once per worker
+    base = cache.mkdir(f"seedcli-{name}") if cache else request.getfixturevalue("tmp_path_factory").mktemp(name)
+    out = Path(base) / digest.hexdigest()[:16]
+    with open(Path(base) / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / ".complete").is_file():
+            with tempfile.TemporaryDirectory(dir=base) as tmp:
+                build(Path(tmp) / "built" / name)
+                (Path(tmp) / "built" / ".complete").write_text(digest.hexdigest())
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.move(str(Path(tmp) / "built"), str(out))
+    return out / name
+
+
+@pytest.fixture(scope="session")
+def tiny_model(request) -> Path:
+    """The tiny preset as `seed model init --preset tiny` builds it (seed 0, its BPE trained on every environment's
+    texts), built once per test run (see _cached_build) instead of once per module; tests read it, never write it."""
+    from importlib.metadata import version
+
+    import seedcli.engines.tiny as tiny
+    from seedcli.envs import tokenizer_texts
+
+    corpus = tokenizer_texts()
+    versions = [f"{pkg}=={version(pkg)}" for pkg in ("torch", "transformers", "tokenizers", "trl")]
+    inputs = ["tiny", "seed=0", *versions, Path(tiny.__file__).read_bytes(), *corpus]
+    return _cached_build(
+        request, "tiny", inputs, lambda out: tiny.build_tiny_model(out, preset="tiny", seed=0, corpus=corpus)
+    )

@@ -1,4 +1,4 @@
-"""The offline `hindsight` analyzer (issue 61 §3): the stand-in for GLM, written from the environment's expert.
+"""The offline `hindsight` analyzer: the stand-in for GLM, written from the environment's expert.
 
 Each episode is played again against the environment's expert (`Environment.hindsight_skill`,
 `seedcli/envs/hindsight.py`): the turn where it left the expert's path, or the one that decided a win, what the

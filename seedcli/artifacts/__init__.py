@@ -34,7 +34,7 @@ from seedcli.artifacts.provenance import (  # noqa: F401 - re-exported
     sha256_file,
 )
 from seedcli.atomic import atomic_write_bytes, atomic_write_text  # re-exported: callers import them from here
-from seedcli.config import StageConfig, run_workdir, to_yaml
+from seedcli.config import StageConfig, hash_key, renamed, run_workdir, to_yaml
 from seedcli.errors import UserError
 from seedcli.loggers import check_installed, parse_loggers, start_mirror
 
@@ -275,6 +275,8 @@ def find_resumable(stage_dir: Path, config_hash: str) -> Path | None:
 def config_differences(saved: dict, cfg: StageConfig) -> list[str]:
     """Keys whose value in `cfg` differs from a run's saved config, among those that decide what it computes."""
     now = cfg.hashed()
+    cls = type(cfg)
+    saved = {hash_key(cls, k): v for k, v in renamed(cls, saved).items()}  # a field's new name hashes as its old
     return sorted(k for k in now if k in saved and saved[k] != now[k]) + sorted(k for k in now if k not in saved)
 
 

@@ -57,68 +57,30 @@ def preflight(stage: str, cfg: Any) -> None:
         check_model_dir(cfg.model)
 
 
-def run_env(run_dir: Path, runs_dir: str | None = None, depth: int = 0) -> str | None:
+def run_env(run_dir: Path, runs_dir: str | None = None) -> str | None:
     """The environment a run's episodes came from: its config's `env` (collect, eval, rl), else that of the runs it
     read (annotate, sft: their collect run); None when no manifest on the way says."""
-    from seedcli.artifacts import read_manifest
+    from seedcli.config.lineage import played
 
-    try:
-        manifest = read_manifest(run_dir)
-    except UserError:
-        return None
-    if manifest.config.get("env"):
-        return str(manifest.config["env"])
-    for ref in manifest.inputs if depth < 4 else []:
-        found = ref.locate(runs_dir)
-        env = run_env(found, runs_dir, depth + 1) if found is not None else None
-        if env is not None:
-            return env
-    return None
-
-
-def _newest_complete(stage: str, runs_dir: str) -> Path | None:
-    """The run `--from` would default to (the newest complete run of `stage`), found from the manifests alone."""
-    from seedcli.artifacts import MANIFEST, read_manifest
-
-    best: tuple[str, Path] | None = None
-    sdir = Path(runs_dir) / stage
-    for d in sdir.iterdir() if sdir.is_dir() else []:
-        if d.is_dir() and not d.is_symlink() and (d / MANIFEST).exists():
-            try:
-                m = read_manifest(d)
-            except UserError:
-                continue
-            if m.status == "complete" and (best is None or (m.finished or m.created, d) > best):
-                best = (m.finished or m.created, d)
-    return best[1] if best else None
+    found = played(Path(run_dir), runs_dir)
+    return str(found[1]["config"]["env"]) if found is not None else None
 
 
 def check_from_env(stage: str, cfg: Any) -> None:
-    """`seed rl` / `seed eval` whose input run (`--from`, or rl's default: the newest sft run) learned from another
-    environment's episodes are refused in one line: `--from` continues a lineage, and a lineage plays one
-    environment (a forgotten `--env` is the usual cause). Crossing environments on purpose goes through `--model`,
-    which starts from the weights without claiming the lineage."""
-    if stage not in ("rl", "eval", "probe"):
+    """A config built in code (the CLI's inherits it: `lineage.inherit_env`) whose input run (`--from`, or rl's
+    default: the newest sft run) played another environment is refused in one line naming both: `--from` continues a
+    lineage, and a lineage plays one environment. Crossing environments on purpose goes through `--model`, which
+    starts from the weights without claiming the lineage."""
+    from seedcli.config.lineage import READS_RUN, conflict, input_run
+
+    if stage not in READS_RUN:
         return
-    if stage != "probe" and getattr(cfg, "model", None) and not cfg.from_run:  # (probe: --from is its episodes)
+    found = input_run(stage, {"from_run": cfg.from_run, "model": cfg.model, "runs_dir": cfg.runs_dir})
+    if found is None or (stage != "probe" and cfg.model and not cfg.from_run):  # (probe: --from is its episodes)
         return
-    if cfg.from_run:
-        path = Path(cfg.from_run)
-        run_dir = path if (path / "manifest.json").exists() else path.parent.parent  # eval: a checkpoint inside
-    elif stage == "rl":
-        run_dir = _newest_complete("sft", cfg.runs_dir)
-    else:
-        return
-    if run_dir is None or not (run_dir / "manifest.json").exists():
-        return  # the stage says what is wrong with the input
-    other = run_env(run_dir, cfg.runs_dir)
-    if other is None or other == cfg.env:
-        return
-    given = f"--from {cfg.from_run}" if cfg.from_run else f"the newest sft run ({run_dir})"
-    raise UserError(
-        f"{given} learned from {other} episodes, but this {stage} run plays {cfg.env}; pass --env {other}, or "
-        f"--from a run of {cfg.env}, or --model {run_dir}/model to start from its weights on purpose"
-    )
+    other = run_env(found[0], cfg.runs_dir)
+    if other is not None and other != cfg.env:
+        raise UserError(conflict(stage, cfg.env, other, found[1], found[0]))
 
 
 def _option_type(annotation: Any) -> Any:
@@ -177,6 +139,15 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
                 annotation=typ | None,
             )
         )
+    for old, new in cls.old_names.items():  # the old spelling of a renamed option: works, hidden, warned
+        params.append(
+            inspect.Parameter(
+                old,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=typer.Option(None, "--" + old.replace("_", "-"), hidden=True, help=f"the old name of {new}"),
+                annotation=_option_type(cls.model_fields[new].annotation) | None,
+            )
+        )
     params += [
         inspect.Parameter(
             "config_file",
@@ -213,7 +184,7 @@ def stage_command(stage: str, run: Callable[[Any], Any], doc: str, extra_args: b
         overrides = kwargs.pop("overrides")
         cfg = None
         with cli_errors(stage, lambda: getattr(cfg, "runs_dir", None), lambda: _interrupted(stage)):
-            cfg = build_config(stage, config_file, kwargs, overrides)
+            cfg = build_config(stage, config_file, kwargs, overrides, inherit=True)
             if print_config:
                 sys.stdout.write(to_yaml(cfg))
                 return
@@ -326,6 +297,10 @@ def runs_cmd(
         age_s = (now - created).total_seconds()
         age = f"{age_s / 3600:.1f}h" if age_s > 3600 else f"{age_s / 60:.0f}m"
         shown = [(k.split("/")[-1], m.metrics[k]) for k in _KEY_METRICS.get(m.stage, ()) if k in m.metrics]
+        if m.stage == "rl":  # which method the run is: its algorithm, and the analyzer that wrote its skills
+            algo = m.config.get("algo", "seed")
+            method = [("algo", algo)] + ([] if algo in ("grpo", "gigpo") else [("analyzer", m.config.get("analyzer"))])
+            shown = method + shown
         metrics = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown)
         lineage = ", ".join(f"{i.stage}/{i.run_id[:16]}" for i in m.inputs)
         state, files = run_state(path, m), ""
@@ -499,7 +474,12 @@ def data_roots() -> dict[str, str]:
 @app.command("report")
 def report_cmd(
     runs: list[Path] = typer.Argument(..., help="eval run directories"),
-    out: Path = typer.Option(Path("reports"), "--out", help="output directory"),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="output directory (default: a new reports/<UTC time>/ per report); one that holds an earlier report is "
+        "refused, so no report overwrites another",
+    ),
     seeds: int = typer.Option(
         0,
         "--seeds",
@@ -521,7 +501,8 @@ def report_cmd(
     with cli_errors("report"):
         from seedcli.report.commands import report_command
 
-        out_dir(out, "report")
+        if out is not None:
+            out_dir(out, "report")
 
         written = report_command(runs, out, seeds, allow_mismatch, warn=lambda table: typer.echo(table, err=True))
     for name, path in dict(written).items():

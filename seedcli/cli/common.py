@@ -16,6 +16,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from seedcli.errors import EnvFault, UserError
@@ -25,7 +26,7 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """One line on stderr, exit code 2 (the user can fix this) or the error's own code."""
-    message = " ".join(str(message).split())  # one line, whatever the message held
+    message = escape(" ".join(str(message).split()))  # one line; `.[textarena]` is text, not a rich markup tag
     err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
@@ -88,6 +89,9 @@ def cli_errors(
         full = disk_full(exc)
         if full is not None:
             raise fail(no_space_message(full, command)) from None
+        denied = not_writable(exc)
+        if denied is not None:
+            raise fail(not_writable_message(denied, command)) from None
         raise unexpected(exc, command, runs_dir()) from None
 
 
@@ -135,6 +139,39 @@ def no_space_message(exc: OSError, command: str) -> str:
     else:  # no run directory was left: nothing to resume
         again = f"run `seed {command}` again"
     return f"no space left on {mount} ({free}); free space and {again}"
+
+
+def not_writable(exc: BaseException) -> OSError | None:
+    """The "read-only file system" (EROFS) or "permission denied" (EACCES, EPERM, on a file it names) behind `exc`:
+    itself, its cause or its context; None when neither is the cause."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and (
+            exc.errno == errno.EROFS or (exc.errno in (errno.EACCES, errno.EPERM) and exc.filename)
+        ):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def not_writable_message(exc: OSError, command: str) -> str:
+    """ "cannot write FILE: the file system at MOUNT is read-only (or: permission denied); ..." with where to write
+    instead: --runs-dir for a stage, --out for the commands that take one."""
+    where = Path(exc.filename or Path.cwd()).absolute()
+    if exc.errno == errno.EROFS:
+        mount = where
+        while not os.path.ismount(mount) and mount != mount.parent:
+            mount = mount.parent
+        why = f"the file system at {mount} is read-only"
+    else:
+        why = "permission denied"
+    from seedcli.artifacts import CURRENT_RUN
+
+    if CURRENT_RUN is not None and CURRENT_RUN.is_dir():  # it turned read-only mid-run: what was written is kept
+        return f"cannot write {where}: {why}; once it is writable, run `seed {command} --resume {CURRENT_RUN}`"
+    flag = "--out DIR" if command in ("report", "plot", "model") else "--runs-dir DIR"
+    return f"cannot write {where}: {why}; pass {flag} on a disk you can write to (nothing was written)"
 
 
 class OneLineErrors(TyperGroup):

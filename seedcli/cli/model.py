@@ -36,7 +36,10 @@ def model_init(
         help="expert: behaviour-clone the environment's expert (ALFWorld: its searching expert) (+ skill writing)",
     ),
     env: str = typer.Option("alfworld", "--env", help="--warm-start: whose expert (alfworld, sokoban, ...)"),
-    games: int = typer.Option(240, "--games", help="training games (tasks) for --warm-start, from the train split"),
+    tasks: int | None = typer.Option(
+        None, "--tasks", help="--warm-start: training tasks the expert plays, from the train split (default: 240)"
+    ),
+    games: int | None = typer.Option(None, "--games", hidden=True, help="the old name of --tasks"),
     epochs: int = typer.Option(4, "--epochs", help="epochs for --warm-start"),
     noise: float = typer.Option(0.2, "--noise", min=0.0, max=0.9, help="--warm-start: share of random turns"),
     skill_writing: bool = typer.Option(
@@ -87,8 +90,8 @@ def model_init(
         source = check_model_dir(model) if model else None  # a Hub id resolves to its snapshot
         pretrained = preset in GGUF_PRESETS or source is not None
         # the whole warm-start config is checked before anything is built (an unknown --env is one line)
-        options = {"env": env, "games": games, "epochs": epochs, "noise": noise, "skill_writing": skill_writing,
-                   "device": device}  # fmt: skip
+        options = {"env": env, "tasks": tasks, "games": games, "epochs": epochs, "noise": noise,
+                   "skill_writing": skill_writing, "device": device}  # fmt: skip
         ws_cfg = _warm_start_config(warm_start, out, seed, pretrained, options, lr, dtype) if warm_start else None
         if warm_start:
             check_device(device)
@@ -135,7 +138,7 @@ def _warm_start_config(kind: str, out: Path, seed: int, pretrained: bool, option
     if kind != "expert":
         raise UserError(f"unknown --warm-start '{kind}'; use expert")
     values = {
-        **options,
+        **{k: v for k, v in options.items() if v is not None},  # (--games: the old name of --tasks, warned)
         "model": str(out),
         "seed": seed,
         "shape": "keep" if pretrained else "agent",

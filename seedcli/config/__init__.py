@@ -17,8 +17,11 @@ from pydantic import BaseModel, ValidationError
 from seedcli.config.base import (  # noqa: F401 - the names every caller imports from seedcli.config
     CONFIGS_DIR,
     StageConfig,
+    hash_key,
     nearest,
+    renamed,
 )
+from seedcli.config.lineage import inherit_env
 from seedcli.config.probe import ProbeConfig
 from seedcli.config.rl import RLConfig
 from seedcli.config.stages import (  # noqa: F401
@@ -99,7 +102,7 @@ SCRIPT_SECTIONS: dict[str, tuple[str, ...]] = {
 
 
 def _all_fields() -> set[str]:
-    return {name for cls in STAGE_CONFIGS.values() for name in cls.model_fields}
+    return {name for cls in STAGE_CONFIGS.values() for name in (*cls.model_fields, *cls.old_names)}
 
 
 def check_yaml_keys(data: dict, path: Path) -> None:
@@ -115,7 +118,7 @@ def check_yaml_keys(data: dict, path: Path) -> None:
                 raise UserError(f"{path}: section '{key}' must be a mapping of {key} config keys")
             fields = list(STAGE_CONFIGS[key].model_fields)
             for sub in value:
-                if str(sub) not in fields:
+                if str(sub) not in fields and str(sub) not in STAGE_CONFIGS[key].old_names:
                     raise UserError(
                         f"{path}: unknown key '{key}.{sub}'{nearest(str(sub), fields)} "
                         f"(`seed {key} --help` lists the keys)"
@@ -181,7 +184,7 @@ def _resume_values(stage: str, run_dir: Path, given: dict[str, Any], source: str
         raise UserError(
             f"--resume {run_dir}: not a directory; pass a run directory (or a bare --resume for the newest)"
         )
-    saved = {k: v for k, v in saved_config(run_dir).items() if k in cls.model_fields}
+    saved = {k: v for k, v in renamed(cls, saved_config(run_dir)).items() if k in cls.model_fields}
     unhashed = {n for n, f in cls.model_fields.items() if (f.json_schema_extra or {}).get("hash") is False}
     # a value given again counts as equal when pydantic normalises both to the same thing (e.g. "a,b" vs [a, b])
     try:
@@ -215,10 +218,13 @@ def build_config(
     config_file: str | None = None,
     cli: dict[str, Any] | None = None,
     overrides: list[str] | None = None,
+    inherit: bool = False,
 ) -> StageConfig:
     """Resolve a stage config; a bad key or value is a one-line UserError naming the field and the source.
     With `resume=DIR` the run's saved config is the base, options given again must agree with it, and the process
-    moves to the directory the run was started from (its relative paths resolve as they did then)."""
+    moves to the directory the run was started from (its relative paths resolve as they did then). With `inherit`
+    (the CLI), a stage that reads an earlier run takes what it played from it (`lineage.inherit_env`). An old
+    spelling of a field (`old_names`) is read as its new name, with a warning."""
     cls = STAGE_CONFIGS[stage]
     values: dict[str, Any] = {}
     source = "defaults"
@@ -231,12 +237,13 @@ def build_config(
             k: v for k, v in data.items() if k not in STAGE_CONFIGS and (not isinstance(v, dict) or k in MAPPING_FIELDS)
         }
         section = data.get(stage, {}) or {}
-        shared = {k: v for k, v in shared.items() if k in cls.model_fields}
-        values.update(shared)
-        values.update(section)
+        shared = {k: v for k, v in shared.items() if k in cls.model_fields or k in cls.old_names}
+        values.update(renamed(cls, shared, str(path)))
+        values.update(renamed(cls, section, f"{path}, section {stage}"))
         source = str(path)
-    values.update({k: v for k, v in (cli or {}).items() if v is not None})
-    values.update(parse_overrides(overrides))
+    given = {k: v for k, v in (cli or {}).items() if v is not None}
+    values.update(renamed(cls, given, " ".join(f"--{k.replace('_', '-')}" for k in given if k in cls.old_names)))
+    values.update(renamed(cls, parse_overrides(overrides), "key=value"))
     for key in values:
         if key not in cls.model_fields:
             raise UserError(
@@ -246,6 +253,8 @@ def build_config(
     resume = values.get("resume")
     if resume and resume != "auto":
         values = _resume_values(stage, Path(str(resume)), {k: v for k, v in values.items() if k != "resume"}, source)
+    elif inherit:
+        values = inherit_env(stage, values)
     try:
         return cls(**values)
     except ValidationError as exc:

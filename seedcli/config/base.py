@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from seedcli.envs import ENV_NAMES, env_class, env_names
+from seedcli.envs.base import yaml_words
 from seedcli.envs.registry import canonical_name
 from seedcli.errors import UserError
 from seedcli.precision import normalise
@@ -71,6 +73,32 @@ def _env_name(v: Any) -> str:
     return name
 
 
+def hash_key(cls: type[BaseModel], name: str) -> str:
+    """The key a field has in the config hash: its own name, or the name it had when its runs were first hashed."""
+    field_info = cls.model_fields.get(name)
+    extra = field_info.json_schema_extra if field_info is not None else None
+    return str(extra.get("hash_as", name)) if isinstance(extra, dict) else name
+
+
+def renamed(cls: type[BaseModel], values: Any, warn: str | None = None) -> Any:
+    """`values` with a config's old spellings (`old_names`) under their new names (a saved config, a preset, options,
+    a config built in code); with `warn` (where they came from) a warning on stderr for each. Both at once is an
+    error."""
+    old_names: dict[str, str] = getattr(cls, "old_names", {})
+    if not isinstance(values, dict) or not any(k in values for k in old_names):
+        return values
+    out = dict(values)
+    for old, new in old_names.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise UserError(f"'{old}' is the old name of '{new}'; give one of them ({warn or 'config'})")
+        out[new] = out.pop(old)
+        if warn:
+            print(f"warning: '{old}' is now '{new}' ({warn}); the old name still works", file=sys.stderr)
+    return out
+
+
 # marks a field whose default is the environment's (`_env_defaults`): the CLI's help says so instead of one number
 _ENV_DEFAULT = {"env_default": True}
 
@@ -81,6 +109,17 @@ class StageConfig(BaseModel):
     # every float of every stage config is finite: `lr=inf` or `opd_beta=nan` is refused where it is read, not met
     # as NaN weights in a run that then ends "complete"
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    # one name for one idea across stages: {an old spelling: the field it became}; the old one still
+    # works (`renamed`: the CLI and presets warn), and the field hashes under its old name (`hash_as`), so no run's
+    # config hash changed
+    old_names: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_words(cls, data: Any) -> Any:
+        # `leak_guard=off` (as the docs and the errors write it) is YAML's False: read it back as the option `off`
+        return yaml_words(cls, renamed(cls, data))
 
     runs_dir: str = _nohash("root of the run directories", "runs")
     seed: int = Field(0, description="seed for sampling, task selection and initialisation")
@@ -100,7 +139,7 @@ class StageConfig(BaseModel):
         # ... or only when they differ from their default (`dtype: auto` keeps every earlier hash)
         if_changed = {name for name, f in fields.items() if (f.json_schema_extra or {}).get("hash") == "if_changed"}
         return {
-            k: v
+            hash_key(type(self), k): v
             for k, v in self.model_dump(mode="json").items()
             if k not in skip
             and not (k in if_set and v in (None, {}, []))

@@ -3,7 +3,7 @@ teacher's, the engines and the schedule."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -15,6 +15,8 @@ LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target")
 
 class RLConfig(RolloutConfig):
     """`seed rl`: GRPO + self-evolving on-policy distillation (docs/design.md §1, Stage 2)."""
+
+    old_names: ClassVar[dict[str, str]] = {"val_games": "val_tasks"}
 
     from_run: str | None = Field(None, description="sft run to start from (or --model)")
     algo: Literal["seed", "grpo", "gigpo", "sdar", "opsd"] = Field(
@@ -106,7 +108,12 @@ class RLConfig(RolloutConfig):
     )
     train_fraction: float = Field(1.0, gt=0, le=1.0, description="fraction of the training games used")
     val_every: int = Field(5, ge=0, description="validate on seen games every N updates (0 = never)")
-    val_games: int = Field(24, ge=1, description="seen games per validation")
+    val_tasks: int = Field(
+        24,
+        ge=1,
+        description="validation tasks drawn per validation (from val_split); formerly val_games",
+        json_schema_extra={"hash_as": "val_games"},
+    )
     save_every: int = _nohash(
         "checkpoint every N updates (0 = none, not even the last: nothing to resume from)", 10, ge=0
     )

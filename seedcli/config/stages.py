@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -128,6 +128,8 @@ class RolloutConfig(StageConfig):
 class CollectConfig(RolloutConfig):
     """`seed collect`: the base policy plays training games; every episode becomes a trajectory."""
 
+    old_names: ClassVar[dict[str, str]] = {"task_types": "categories"}
+
     split: str = Field(
         "train",
         description="tasks to play: alfworld train | seen | unseen; webshop train | test; search train | dev | test "
@@ -141,14 +143,15 @@ class CollectConfig(RolloutConfig):
         "webshop: product categories; search: data sources; sokoban, ezpoints: one)",
     )
     rollouts: int = Field(8, ge=1, description="episodes per task (a group)")
-    task_types: list[str] | None = Field(
+    categories: list[str] | None = Field(
         None,
         description="play only these categories, comma-separated (alfworld task types: pick, look, clean, heat, "
         "cool, pick_two; webshop: beauty, electronics, fashion, garden, grocery; search: data sources, e.g. "
-        "hotpotqa_train)",
+        "hotpotqa_train); formerly task_types",
+        json_schema_extra={"hash_as": "task_types"},
     )
 
-    @field_validator("task_types", mode="before")
+    @field_validator("categories", mode="before")
     @classmethod
     def _split_csv(cls, v: Any) -> Any:
         return [s.strip() for s in v.split(",") if s.strip()] if isinstance(v, str) else v
@@ -222,6 +225,8 @@ class SFTConfig(StageConfig):
 class EvalConfig(RolloutConfig):
     """`seed eval`: play every game of valid_seen or valid_unseen once and report success per task type."""
 
+    old_names: ClassVar[dict[str, str]] = {"datasets": "categories"}
+
     split: str = Field(
         "unseen",
         description="split to evaluate: alfworld unseen (valid_unseen, 134 games) | seen (valid_seen, 140); webshop "
@@ -235,13 +240,14 @@ class EvalConfig(RolloutConfig):
     limit: int | None = Field(
         None, ge=1, description="evaluate only N tasks (search: N per data source); the result is marked partial"
     )
-    datasets: list[str] | None = Field(
+    categories: list[str] | None = Field(
         None,
-        description="evaluate only these categories, comma-separated (search: data sources, e.g. nq,bamboogle)",
-        json_schema_extra={"hash": "if_set"},
+        description="evaluate only these categories, comma-separated (search: data sources, e.g. nq,bamboogle); "
+        "formerly datasets",
+        json_schema_extra={"hash": "if_set", "hash_as": "datasets"},
     )
 
-    @field_validator("datasets", mode="before")
+    @field_validator("categories", mode="before")
     @classmethod
     def _datasets_csv(cls, v: Any) -> Any:
         return [s.strip() for s in v.split(",") if s.strip()] if isinstance(v, str) else v
@@ -250,6 +256,8 @@ class EvalConfig(RolloutConfig):
 class WarmStartConfig(StageConfig):
     """`seed warmstart`: behaviour-clone an environment's expert into a model (with skill writing), before Stage 1."""
 
+    old_names: ClassVar[dict[str, str]] = {"games": "tasks"}
+
     model: str | None = Field(
         None, description="base model to clone the expert into: a directory or a Hub id ORG/NAME[@REVISION]"
     )
@@ -257,7 +265,12 @@ class WarmStartConfig(StageConfig):
         "alfworld", description="whose expert: alfworld (its searching expert) | webshop | search | sokoban | ezpoints"
     )
     data_root: str | None = Field(None, description="the environment's data directory (default: its own lookup)")
-    games: int = Field(240, ge=1, description="training games (tasks) the expert plays, from the train split")
+    tasks: int = Field(
+        240,
+        ge=1,
+        description="training tasks the expert plays, drawn from the train split as collect draws them; formerly games",
+        json_schema_extra={"hash_as": "games"},
+    )
     epochs: int = Field(4, ge=1, description="epochs over the demonstrations")
     noise: float = Field(
         0.2, ge=0.0, lt=1.0, description="share of turns that play a random admissible action (labelled: the expert's)"

@@ -49,9 +49,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from seedcli.envs.card import EnvCard
 from seedcli.envs.hindsight import Replayed, generic_skill, replay
@@ -87,6 +87,36 @@ def find_data_root(
     return root.resolve()
 
 
+# YAML 1.1 reads these words as booleans (`leak_guard=off` is False), so a field whose options include one of them
+# takes the boolean back as that word
+YAML_BOOL_WORDS = {True: ("on", "yes", "true"), False: ("off", "no", "false")}
+
+
+def yaml_words(model: type[BaseModel], data: Any) -> Any:
+    """`data` (a mapping of field values) with every boolean given to a field whose options are words (a `Literal`)
+    turned back into the option YAML read as that boolean (`off`, `no`, `on`, `yes`, ...), when the field has exactly
+    one such option; anything else is left for validation to judge."""
+    if not isinstance(data, dict):
+        return data
+    out = None
+    for name, value in data.items():
+        field_info = model.model_fields.get(str(name))
+        if not isinstance(value, bool) or field_info is None:
+            continue
+        words = [w for w in literal_words(field_info.annotation) if w.lower() in YAML_BOOL_WORDS[value]]
+        if len(words) == 1:
+            out = out if out is not None else dict(data)
+            out[name] = words[0]
+    return out if out is not None else data
+
+
+def literal_words(annotation: Any) -> list[str]:
+    """The string options of a `Literal[...]` annotation, also inside `X | None`; [] for any other type."""
+    if get_origin(annotation) is Literal:
+        return [a for a in get_args(annotation) if isinstance(a, str)]
+    return [w for arg in get_args(annotation) if arg is not type(None) for w in literal_words(arg)]
+
+
 class EnvOptions(BaseModel):
     """An environment's options (`env_options`), declared once: one typed field per option, with its range, default
     and meaning (`Field(description=...)`). The stages check a config's options against it before anything runs,
@@ -94,6 +124,11 @@ class EnvOptions(BaseModel):
     environment that does not subclass it refuses every option."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a float option is finite (as stage configs')
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_words(cls, data: Any) -> Any:  # `{observation: off}`-style words YAML read as booleans
+        return yaml_words(cls, data)
 
 
 @dataclass(frozen=True)

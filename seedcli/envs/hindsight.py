@@ -1,4 +1,4 @@
-"""`--analyzer hindsight` (issue 61 §3): the offline stand-in for GLM, written from the environment's expert.
+"""`--analyzer hindsight`: the offline stand-in for GLM, written from the environment's expert.
 
 GLM reads a finished episode with its outcome and writes what went wrong or what won it. This analyzer does the same
 job without a language model: it plays the episode's recorded actions again in an expert game of the same task

@@ -133,7 +133,8 @@ class TextEnv(Environment):
 
     @abstractmethod
     def step(self, action: str) -> tuple:
-        """Play `action`; return (observation, reward, done), or (observation, reward, done, info)."""
+        """Play `action`; return (observation, reward, done), or (observation, reward, done, info); `info={"invalid":
+        True}` marks a move the game refused (the turn counts as invalid: the penalty, the invalid-action rate)."""
 
     def expert(self) -> str | None:
         """The expert's next action in the current state (override to give the environment an expert)."""
@@ -325,7 +326,10 @@ class TextGame:
         if not isinstance(info, dict | None):
             raise self._fault("step", f"returned info of type {type(info).__name__}, not a dict")
         self.total += float(reward)
-        return self._result("step", observation, float(reward), bool(done), dict(info or {}))
+        info = dict(info or {})
+        if "invalid" in info:  # the game refused the move: the turn counts as invalid (rollout/loop.py)
+            info["invalid"] = bool(info["invalid"])
+        return self._result("step", observation, float(reward), bool(done), info)
 
     def _result(self, method: str, observation: Any, reward: float, done: bool, info: dict) -> StepResult:
         text, image = (

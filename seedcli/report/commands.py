@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -165,9 +166,36 @@ def _twice(run_args: list[str | Path], first: int, again: int, how: str) -> str:
     )
 
 
+REPORT_FILES = ("compare.md", "compare.png", "report.md", "success_by_type.png")
+
+
+def report_dir(out: str | Path | None) -> Path:
+    """Where a report goes, never over an earlier one: `out` when it holds no report yet (made if missing), else a
+    one-line error; without `out`, a new reports/<UTC time>/ (.2, .3, ... for a second one in the same second)."""
+    if out is not None:
+        out = Path(out)
+        earlier = [name for name in REPORT_FILES if (out / name).exists()]
+        if earlier:
+            raise UserError(
+                f"--out {out}: it holds an earlier report ({earlier[0]}), which this one would overwrite; pass a new "
+                "directory, or leave --out out (each report then gets its own reports/<UTC time>/)"
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path, n = Path("reports") / stamp, 1
+    while True:
+        try:
+            path.mkdir(parents=True)  # exclusive: two reports in the same second get two directories
+            return path
+        except FileExistsError:
+            n += 1
+            path = path.with_name(f"{stamp}.{n}")
+
+
 def report_command(
     run_dirs: list[str | Path],
-    out_dir: str | Path,
+    out_dir: str | Path | None,
     seeds: int = 0,
     allow_mismatch: bool = False,
     warn: Callable[[str], None] | None = None,
@@ -211,8 +239,7 @@ def report_command(
             mismatch = protocol_table([label for label, _ in results_list], differences)
             if warn is not None:
                 warn("\n".join(mismatch).strip())
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = report_dir(out_dir)
     written = {"compare_md": out / "compare.md"}
     games = per_run if len(loaded) > 1 else None
     recipes = recipe_names([_source_config(run) for run, _ in loaded[1:]], seeds) if seeds else None

@@ -95,7 +95,7 @@ def protocol_differences(runs: list[tuple[dict, dict, Collection[str] | None]]) 
     """The settings of `PROTOCOL` in which eval runs differ: (setting, its value in each run), [] when they agree.
     `runs`: per run, its saved config (the manifest's), its results.json and the task ids it played (None when it
     has no episodes file). `tasks` is the set of task ids when every run has them (their count and a digest of the
-    sorted ids), else what the config chose (`--limit`, `--datasets`, and the seed that picks a limited set)."""
+    sorted ids), else what the config chose (`--limit`, `--categories`, and the seed that picks a limited set)."""
     values: dict[str, list[str]] = {key: [] for key in PROTOCOL}
     known = all(tasks is not None for _, _, tasks in runs)
     for config, results, tasks in runs:
@@ -107,8 +107,9 @@ def protocol_differences(runs: list[tuple[dict, dict, Collection[str] | None]]) 
         else:
             limit = config.get("limit")
             chosen = [f"limit {limit} (seed {config.get('seed')})" if limit else "all"]
-            if config.get("datasets"):
-                chosen.append(f"datasets {','.join(config['datasets'])}")
+            categories = config.get("categories") or config.get("datasets")  # (its old name)
+            if categories:
+                chosen.append(f"categories {','.join(categories)}")
             values["tasks"].append(", ".join(chosen))
         for key in PROTOCOL[2:]:
             values[key].append(_setting_text(config.get(key)))

@@ -139,7 +139,7 @@ def _category_table(results: dict, env: type[Environment]) -> list[str]:
         f"|---|--:|--:|{success_rule}{score_rule}",
     ]
     for t, row in cats.items():
-        if not row["games"]:  # a category this run had no tasks of (a partial run, --datasets, another split)
+        if not row["games"]:  # a category this run had no tasks of (a partial run, --categories, another split)
             continue
         score = f" {num(None if row.get('mean_score') is None else 100 * row['mean_score'])} |" if with_score else ""
         success = f" {pct(row['success_rate'])} |" if success_head else ""
@@ -169,7 +169,11 @@ def _category_table(results: dict, env: type[Environment]) -> list[str]:
 
 
 def _paper_section(results: dict, env: type[Environment], *, partial: bool) -> list[str]:
-    """report.md's paper section: this run's headline metrics beside the paper's, and the notes on them."""
+    """report.md's paper section: this run's headline metrics beside the paper's, and the notes on them; none for an
+    environment the paper did not run (no numbers on its card: a plug-in, an adapter), only its card's note."""
+    offline = env.card.offline_note and not _options(results).get("search_url")
+    if not env.card.paper_results:
+        return ["", env.card.offline_note] if offline else []
     split = results["split"]
     paper = env.card.paper_results.get(split)
     lines = ["", f"## Paper ({env.card.paper_model}, docs/design.md §1)", ""]
@@ -190,7 +194,7 @@ def _paper_section(results: dict, env: type[Environment], *, partial: bool) -> l
     else:
         known = ", ".join(env.card.paper_results) or "none"
         lines.append(f"The paper reports no {env.title} numbers for split `{split}` (only {known}).")
-    if env.card.offline_note and not _options(results).get("search_url"):
+    if offline:
         lines += ["", env.card.offline_note]  # it speaks of the offline corpus, which a search_url run did not use
     return lines
 

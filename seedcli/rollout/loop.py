@@ -95,8 +95,11 @@ class _Loop:
         return ep.slot, action
 
     def stepped(self, ep: EpisodeState, action: str, res: StepResult) -> bool:
-        """Apply a step's result; True when the episode is over (then handed to `on_done`, its slot freed)."""
+        """Apply a step's result; True when the episode is over (then handed to `on_done`, its slot freed). A step
+        whose `info` says `invalid` (the game refused the move) makes its turn invalid, as an unreadable reply is."""
         ep.turns[-1].reward = float(res.reward)
+        if res.info.get("invalid"):
+            ep.turns[-1].valid = ep.turns[-1].admissible_action = False
         ep.history.append((ep.last.observation, action))
         ep.last = res
         if res.won or res.done or len(ep.turns) >= self.settings.max_steps:

@@ -33,7 +33,7 @@ from seedcli.stages.common import (
 def run(cfg: CollectConfig) -> Manifest:
     env = make_env(cfg)
     split = env.resolve_split(cfg.split)
-    games = env.select_tasks(env.list_tasks(split), cfg.tasks, cfg.seed, cfg.task_types)
+    games = env.select_tasks(env.list_tasks(split), cfg.tasks, cfg.seed, cfg.categories)
     model_dir = check_model_dir(cfg.model)
     check_model_sees(env, model_dir)
     specs = [

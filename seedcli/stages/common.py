@@ -106,11 +106,11 @@ def load_policy_engine(cfg: RolloutConfig, model_dir: Path):
 
 
 def read_done(path: Path) -> dict[str, Trajectory]:
-    """Episodes already on disk (a resumed run keeps them). A partial last line is dropped, and duplicate
-    episodes (which no normal run writes) collapse to the first copy, rewriting the file."""
+    """Episodes already on disk (a resumed run keeps them). A half-written last line (a crash, a full disk) is
+    dropped, and duplicate episodes (which no normal run writes) collapse to the first copy, rewriting the file."""
     if not path.exists():
         return {}
-    repair_tail(path)
+    repair_tail(path, Trajectory)
     done: dict[str, Trajectory] = {}
     lines = 0
     for t in iter_jsonl(path, Trajectory):

@@ -1,7 +1,7 @@
 """`seed eval`: play every task of an evaluation split once, with the ordinary agent prompt only (never a skill),
 and report the environment's metrics per category beside the paper's numbers. ALFWorld: valid_seen (140) or
 valid_unseen (134), success per task type and its macro-average; WebShop: test goals 0-499, score and success;
-search: exact match per data source and their average (`--datasets nq,bamboogle` chooses sources).
+search: exact match per data source and their average (`--categories nq,bamboogle` chooses sources).
 
 One GPU:
     seed eval --split unseen --from runs/rl/<id> --engine vllm
@@ -12,7 +12,7 @@ Check the harness (ALFWorld: must be 134/134 and 140/140; WebShop: the ceiling o
     seed eval --split seen --policy random
 Quick partial look on CPU (marked partial everywhere):
     seed eval --split seen --model /tmp/m --limit 12
-    seed eval --env search --split test --datasets nq,bamboogle --limit 20 --policy expert   # 20 per data source
+    seed eval --env search --split test --categories nq,bamboogle --limit 20 --policy expert   # 20 per data source
 """
 
 from __future__ import annotations
@@ -74,6 +74,10 @@ def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | N
             model = steps[-1] / "model"
         if not (model / "config.json").exists():
             raise UserError(f"--from {path}: {model} holds no model (config.json missing); pick another checkpoint")
+        if cfg.model and check_model_dir(cfg.model).resolve() != model.resolve():
+            raise UserError(
+                f"--model {cfg.model}, but --from {path} evaluates the run's own model ({model}); pass one of them"
+            )
         return model, (manifest.stage, run_dir, manifest)
     model = check_model_dir(cfg.model)
     run = model_run(model)  # a run's model/ given as --model: chain that run
@@ -81,14 +85,14 @@ def resolve_model(cfg: EvalConfig) -> tuple[Path, tuple[str, Path, Manifest] | N
 
 
 def only_categories(env: Environment, tasks: list[Task], wanted: list[str]) -> list[Task]:
-    """The tasks of the categories named in `--datasets` (aliases allowed); an absent one is a UserError."""
+    """The tasks of the categories named in `--categories` (aliases allowed); an absent one is a UserError."""
     present = list(dict.fromkeys(t.category for t in tasks))
     chosen = []
     for name in wanted:
         cat = name if name in present else env.canonical_category(name)
         if cat not in present:
             raise UserError(
-                f"--datasets {name}: the split has no such {env.card.category_label}; it has {', '.join(present)}"
+                f"--categories {name}: the split has no such {env.card.category_label}; it has {', '.join(present)}"
             )
         chosen.append(cat)
     return [t for t in tasks if t.category in set(chosen)]
@@ -148,8 +152,8 @@ def run(cfg: EvalConfig) -> Manifest:
             f"seed eval --split {cfg.split}: {env.title} evaluates on {' or '.join(env.eval_splits)}; pick one of them"
         )
     games = env.list_tasks(split)
-    if cfg.datasets:
-        games = only_categories(env, games, cfg.datasets)
+    if cfg.categories:
+        games = only_categories(env, games, cfg.categories)
     expected = len(games)
     games, partial = limit_tasks(env, games, cfg.limit, cfg.seed)
     specs = [EpisodeSpec(episode_id=f"e{i:04d}", group_id=f"e{i:04d}", task=g) for i, g in enumerate(games)]

@@ -20,7 +20,7 @@ success of N tasks played again with each context in every turn's prompt against
 the one written after the run's attempt at the same task). Writes probe.json, probe.png, skills.jsonl and
 play_<context>.jsonl (resumable) in runs/probe/<id>/.
 
-`measure: absorption` reads what distillation moves off the student instead (issue 61 §2): the run's episodes, played
+`measure: absorption` reads what distillation moves off the student instead: the run's episodes, played
 by the expert, are a fixed panel of states; at each, the model's log-prob with no skill in its prompt of the expert's
 action tokens, and the teacher gap ℓ_oracle − ℓ_none on the model's own sample there (one sample a state, its seed
 fixed by the state, so two models on one panel draw alike). One row per episode in absorption.jsonl; `baseline` (the

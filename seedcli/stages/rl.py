@@ -47,7 +47,7 @@ import orjson
 from seedcli.artifacts import REPO_ROOT, Manifest, atomic_write_bytes, model_run, open_run, resolve_input, utc_now
 from seedcli.config import RLConfig
 from seedcli.engines.base import check_gpus
-from seedcli.envs import get_env
+from seedcli.envs import env_class, get_env
 from seedcli.envs.base import Environment
 from seedcli.envs.pool import EnvPool
 from seedcli.errors import UserError
@@ -106,12 +106,14 @@ def resolve_plan(cfg: RLConfig) -> Plan:
         return Plan("static", library, cfg.opd_coef, beta)
     if spec == "self":
         if cfg.algo == "sdar":  # SDAR distils from a fixed skill library, never from the live analyzer
-            library = load_skill_library(default_library_path(cfg.env), skill_categories(cfg.env, cfg.env_options))
+            library = load_skill_library(sdar_library(cfg.env), skill_categories(cfg.env, cfg.env_options))
             return Plan("static", library, cfg.opd_coef, beta)
         return Plan("self", None, cfg.opd_coef, beta)
     if spec == "none":
         if cfg.algo == "sdar":
-            raise UserError("--algo sdar needs skills: use --analyzer static:FILE (default data/static_skills.json)")
+            shipped = default_library_path(cfg.env)
+            default = f" (default: data/{shipped.name})" if shipped.is_file() else ""
+            raise UserError(f"--algo sdar needs skills: use --analyzer static:FILE{default}")
         return Plan("none", None, cfg.opd_coef, beta)
     if spec == "rules":
         if cfg.algo == "sdar":
@@ -138,6 +140,21 @@ def resolve_plan(cfg: RLConfig) -> Plan:
             )
         return Plan("oracle", None, cfg.opd_coef, beta)
     raise UserError(f"--analyzer {spec!r}: use self | rules | hindsight | oracle | static:FILE | none")
+
+
+def sdar_library(env_name: str) -> Path:
+    """The skill library seedcli ships for `--algo sdar` on this environment; one line naming the environment when it
+    ships none (SDAR's libraries cover ALFWorld, WebShop and search only)."""
+    path = default_library_path(env_name)
+    if not path.is_file():
+        shipped = sorted(f"data/{p.name}" for p in path.parent.glob("static_skills*.json"))
+        title = env_class(env_name).title
+        raise UserError(
+            f"--algo sdar distils from a fixed skill library, and seedcli ships none for {title} ({', '.join(shipped)} "
+            f"are other environments'); pass one for {title} with --analyzer static:FILE (an annotate run's "
+            "skills.jsonl, or JSON mapping each category to skills), or use --algo seed"
+        )
+    return path
 
 
 def skill_categories(env_name: str, env_options: dict | None = None) -> SkillCategories:
@@ -303,7 +320,7 @@ def train(cfg: RLConfig, run_dir: Path, model_dir: Path) -> dict:
     sampler = _task_sampler(cfg, env, state)
     val_games = []
     if cfg.val_every:
-        val_games = env.select_tasks(env.list_tasks(env.resolve_split(cfg.val_split)), cfg.val_games, cfg.seed)
+        val_games = env.select_tasks(env.list_tasks(env.resolve_split(cfg.val_split)), cfg.val_tasks, cfg.seed)
     guard = NonFiniteGuard(MAX_NONFINITE, int(state.get("nonfinite_streak", 0)))
     if info.is_main:  # a resumed run forgets what its logs hold beyond the checkpoint
         rewrite_records(run_dir / METRICS, read_records_upto(run_dir / METRICS, start_step))

@@ -55,7 +55,7 @@ from seedcli.engines.base import check_gpus, is_vision_model
 from seedcli.engines.tiny import model_hash
 from seedcli.engines.vision import expand_image_tokens, load_image_processor, vision_inputs
 from seedcli.errors import UserError
-from seedcli.hub import hub_fields, resolve_model
+from seedcli.hub import hub_fields, hub_origin, resolve_model
 from seedcli.images import ImageStore, run_images
 from seedcli.records import SkillRecord, Trajectory, iter_jsonl, read_jsonl, write_jsonl
 from seedcli.sftdata import DataStats, Example, Expand, build_examples, kept_records, split_by_episode
@@ -103,12 +103,36 @@ def _base_model(cfg: SFTConfig, annotate_dir: Path, collect_dir: Path | None) ->
             path = saved_path(collect_dir, collect_manifest, model)
     else:
         recorded, path = str(Path(model)), resolve_model(model)  # a Hub id ORG/NAME[@REVISION]: its snapshot
+        _same_policy(path, cfg.model, annotate_dir, collect_dir)
     if not (path / "config.json").exists():
         raise UserError(
             f"--model {path}: not a Hugging Face model directory (no config.json); "
             f"build a tiny one with `seed model init --preset tiny --out {path}`"
         )
     return path, recorded
+
+
+def _same_policy(path: Path, given: str, annotate_dir: Path, collect_dir: Path | None) -> None:
+    """An sft learns from the episodes of the policy it fine-tunes: a `--model` that is not the one the collect run
+    played (as that run recorded it: a Hub repository, or a directory as it meant it) is one line naming both."""
+    if collect_dir is None:
+        return
+    manifest = read_manifest(collect_dir)
+    played = manifest.config.get("model")
+    if not played:
+        return  # (an expert-played collect run records no model)
+    repo = manifest.metrics.get("inputs/model_repo")
+    if repo:
+        same = (hub_origin(path) or ("",))[0] == repo
+    else:  # (a recorded directory no longer there cannot be told apart from a moved one: not refused)
+        recorded = saved_path(collect_dir, manifest, played)
+        same = not recorded.is_dir() or recorded.resolve() == path.resolve()
+    if not same:
+        raise UserError(
+            f"--model {given}, but collect run {collect_dir} (which annotate run {annotate_dir} read) played "
+            f"{repo or played}: sft fine-tunes the policy whose episodes it learns from; drop --model (that policy "
+            f"is used), or collect with --model {given}"
+        )
 
 
 def _read_skills(annotate_dir: Path) -> list[SkillRecord]:

@@ -5,9 +5,9 @@ the expert's games, and a `model/` that collect, sft, rl and eval take as `--mod
 
 The tiny agent on ALFWorld, trained in place (the short form: `seed model init` builds the preset, then this stage's
 `warm_start` trains it where it lies, with no run directory):
-    seed model init --preset tiny --out runs/models/agent --warm-start expert --games 240 --epochs 3
+    seed model init --preset tiny --out runs/models/agent --warm-start expert --tasks 240 --epochs 3
 The same as a run (a tiny base is rebuilt with the warm-start shape, `--shape agent`):
-    seed warmstart --model runs/models/base --shape agent --games 240 --epochs 3
+    seed warmstart --model runs/models/base --shape agent --tasks 240 --epochs 3
 A pretrained model (its own shape, a small lr, no loss on the prompt tokens) on Sokoban, from a config's section:
     seed warmstart -c method_check_tiny --model models/smollm2 --env sokoban lr=5e-5 prompt_weight=0
 The warm start trains in this process, on one GPU when one is visible (`device`: auto | cpu | cuda), or with
@@ -269,9 +269,9 @@ def play_demonstrations(cfg: WarmStartConfig, environment: Environment) -> tuple
         "cache_dir": cfg.cache_dir,
     }
     if alfworld:
-        demos, path = expert_demonstrations(cfg.games, cfg.seed, data_root=cfg.data_root, **play)
+        demos, path = expert_demonstrations(cfg.tasks, cfg.seed, data_root=cfg.data_root, **play)
     else:
-        demos, path = env_demonstrations(environment, cfg.games, cfg.seed, **play)
+        demos, path = env_demonstrations(environment, cfg.tasks, cfg.seed, **play)
     return demos, path, max_steps, history
 
 

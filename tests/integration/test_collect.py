@@ -82,7 +82,7 @@ def test_sigkill_then_resume_ends_with_the_same_episode_ids_once_each(tiny_model
 def test_bad_input_is_one_line_with_exit_code_2(tiny_model, tmp_path):
     cases = [
         (["--model", str(tmp_path / "nope")], "no such directory"),
-        (["--model", str(tiny_model), "--task-types", "pick,fly"], "fly"),
+        (["--model", str(tiny_model), "--categories", "pick,fly"], "fly"),
         (["--model", str(tiny_model), "--split", "valid_nowhere"], "split"),
     ]
     for extra, needle in cases:

@@ -122,7 +122,7 @@ def test_a_broken_entry_point_is_one_line_naming_its_package(tmp_path):
     assert "entry point (package my-games)" in lines[0] and "No module named 'gone_module'" in lines[0]
 
 
-# -- issue 62 §2: a user's environment fault is the user's, in one line --------------------------------------------
+# -- a user's environment fault is the user's, in one line --------------------------------------------
 
 FAULTY = """from seedcli.envs import TextEnv
 

@@ -21,6 +21,7 @@ STEPS = ["warmstart", "collect_stage1", "collect_heldout", "annotate_stage1", "k
          "eval_seed_self_s0"]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("setsid") is None, reason="needs bash and setsid")
 def test_the_gpu_method_check_smoke_runs_on_cpu(tmp_path):
     (tmp_path / "none").mkdir()

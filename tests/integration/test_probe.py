@@ -18,11 +18,8 @@ SPLIT = {"alfworld": "unseen", "webshop": "test", "search": "test", "sokoban": "
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    from seedcli.engines.tiny import build_tiny_model
-    from seedcli.envs import tokenizer_texts
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
+def model(tiny_model) -> Path:
+    return tiny_model  # the tiny preset, built once per test run (tests/conftest.py)
 
 
 def expert_run(runs: Path, env: str, limit: int = 3) -> Path:
@@ -74,7 +71,7 @@ def test_play_puts_the_skill_in_every_turn_and_pairs_the_tasks(model, tmp_path):
 def test_bad_inputs_are_one_line(model, tmp_path):
     src = expert_run(tmp_path, "ezpoints", limit=2)
     for args, says in (
-        (["--env", "sokoban", "--from", str(src)], "pass --env ezpoints"),
+        (["--env", "sokoban", "--from", str(src)], "drop --env (the run's ezpoints is used)"),
         (["--env", "ezpoints"], "needs --from RUN"),
         (["--env", "ezpoints", "--from", str(tmp_path / "nope")], "no such directory"),
         (["--env", "ezpoints", "--from", str(src), "--skills", str(tmp_path)], "manifest"),

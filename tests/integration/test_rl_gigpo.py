@@ -23,11 +23,8 @@ STEP_GROUP = "gigpo/state_group"
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    from seedcli.engines.tiny import build_tiny_model
-    from seedcli.envs import tokenizer_texts
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
+def model(tiny_model) -> Path:
+    return tiny_model  # the tiny preset, built once per test run (tests/conftest.py)
 
 
 def seed_rl(runs: Path, model: Path, *args: str) -> list[dict]:

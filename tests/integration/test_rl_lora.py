@@ -120,11 +120,8 @@ def assert_lora_proofs(records: list[dict], adapted_in_proof: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    from seedcli.engines.tiny import build_tiny_model
-    from seedcli.envs import tokenizer_texts
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
+def model(tiny_model) -> Path:
+    return tiny_model  # the tiny preset, built once per test run (tests/conftest.py)
 
 
 def test_a_lora_seed_and_a_lora_grpo_update_train_only_the_adapter(model, tmp_path):

@@ -18,11 +18,8 @@ SMALL = ["--steps", "1", "--batch-tasks", "2", "--group", "2", "--max-steps", "3
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    from seedcli.engines.tiny import build_tiny_model
-    from seedcli.envs import tokenizer_texts
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
+def model(tiny_model) -> Path:
+    return tiny_model  # the tiny preset, built once per test run (tests/conftest.py)
 
 
 def rl_record(runs: Path, model: Path, env: str, *args: str) -> tuple[dict, dict]:

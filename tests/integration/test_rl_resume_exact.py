@@ -54,12 +54,9 @@ if __name__ == "__main__":
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    """The tiny preset as tests/integration/test_rl.py builds it (its BPE on every environment's texts)."""
-    from seedcli.engines.tiny import build_tiny_model
-    from seedcli.envs import tokenizer_texts
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
+def model(tiny_model) -> Path:
+    """The tiny preset (its BPE on every environment's texts), built once per test run (tests/conftest.py)."""
+    return tiny_model
 
 
 def _rl(runs: Path, model: Path, dtype: str, *extra: str, script: Path | None = None) -> subprocess.CompletedProcess:

@@ -22,14 +22,6 @@ SHORT = {"max_steps": 2, "max_new_tokens": 8, "temperature": 1.0}
 OUTPUT = {"collect": "trajectories.jsonl", "eval": "episodes.jsonl"}
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    from seedcli.engines.tiny import build_tiny_model
-    from seedcli.envs import tokenizer_texts
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny", seed=0, corpus=tokenizer_texts())
-
-
 def _config(stage: str, model: Path, runs: Path, **kw):
     if stage == "collect":
         return CollectConfig(model=str(model), runs_dir=str(runs), tasks=3, rollouts=2, device="cpu", **SHORT, **kw)

@@ -48,7 +48,7 @@ def test_datasets_and_limit_per_source_through_the_cli(tmp_path):
     assert "Partial result: 2 of 5 questions" in report and "Gamma" not in report
     assert f"- Retriever: in-process BM25 over {corpus}" in report
     bad = seed_cli(
-        "eval", "--env", "search", "--split", str(qfile), "--datasets", "delta", "--policy", "expert",
+        "eval", "--env", "search", "--split", str(qfile), "--categories", "delta", "--policy", "expert",
         "--env-options", f"{{corpus: {corpus}}}", "--runs-dir", str(runs), check=False,
     )  # fmt: skip
-    assert bad.returncode == 2 and "--datasets delta: the split has no such data source" in bad.stderr
+    assert bad.returncode == 2 and "--categories delta: the split has no such data source" in bad.stderr

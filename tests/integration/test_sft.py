@@ -124,14 +124,6 @@ def make_annotate_run(runs_dir: Path, collect_dir: Path, records: list[SkillReco
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    from seedcli.engines.tiny import build_tiny_model
-    from seedcli.envs import tokenizer_texts
-
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", corpus=tokenizer_texts())
-
-
-@pytest.fixture(scope="module")
 def pipeline(tmp_path_factory, tiny_model) -> dict:
     """runs/ with a synthetic collect run and the real `rules` annotate run of it."""
     from seedcli.stages import annotate
@@ -413,8 +405,14 @@ def test_base_model_without_chat_template_is_a_clear_error(pipeline, tmp_path):
     tok_cfg = json.loads(cfg_path.read_text())
     tok_cfg.pop("chat_template", None)
     cfg_path.write_text(json.dumps(tok_cfg))
+    # the bare model is the policy whose episodes sft reads (sft refuses a --model other than that policy)
+    from seedcli.stages import annotate
+
+    runs = tmp_path / "runs"
+    collect_dir = make_collect_run(runs, bare, make_trajectories())
+    done = annotate.run(AnnotateConfig(runs_dir=str(runs), analyzer="rules", from_run=str(collect_dir)))
     with pytest.raises(UserError, match="no chat template"):
-        sft.run(SFTConfig(runs_dir=str(pipeline["runs"]), from_run=str(pipeline["annotate"]), model=str(bare)))
+        sft.run(SFTConfig(runs_dir=str(runs), from_run=str(runs / "annotate" / done.run_id), model=str(bare)))
 
 
 def test_prompts_longer_than_max_length_are_cut_and_counted(pipeline, tmp_path):

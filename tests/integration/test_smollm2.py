@@ -12,8 +12,6 @@ import pytest
 
 from tests.helpers_cli import seed_cli, summary
 
-pytestmark = pytest.mark.slow
-
 
 def test_model_init_writes_an_ordinary_checkpoint_with_its_provenance(smollm2_dir):
     import torch
@@ -153,6 +151,7 @@ def test_model_init_preset_without_the_package_says_how_to_install(tmp_path):
     assert len([line for line in proc.stderr.splitlines() if line.strip()]) == 1
 
 
+@pytest.mark.slow  # every stage as a CLI subprocess; the tests above keep SmolLM2 in `make test`
 def test_every_stage_runs_on_smollm2(smollm2_dir, tmp_path):
     """collect → annotate (rules) → sft → rl (--analyzer self: π_old writes skills) → eval, all in bf16 on a CPU with
     bf16 instructions (fp32 elsewhere: without them a bf16 matmul runs at a hundredth of fp32's and this test took 20

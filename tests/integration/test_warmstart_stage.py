@@ -42,7 +42,7 @@ GOLDEN = {
             "1be64ec876dd20a1a01910aef2f2ff6233cc04c1428e829879b6d35f97a9014b",
             "3c5cfa4a19056d24ce8b1ea7ea1d8a0589f3e3a3760918a747ac8b33bbe67011",
         ),
-        # seed model init --preset tiny --seed 0 --warm-start expert --env sokoban --games 4 --epochs 1 (AGENT_SHAPE)
+        # seed model init --preset tiny --seed 0 --warm-start expert --env sokoban --tasks 4 --epochs 1 (AGENT_SHAPE)
         "model_init": (
             "ec9fcc8a6165b709235ab899520757426c4406e85e6a65678f3e00b7aca77675",
             "4b5a373de717313e10a56631fa4b24fc576dc47889c434e4d743a5435ae98a56",
@@ -113,7 +113,7 @@ def test_model_init_warm_start_gives_the_same_weights_as_before(tmp_path):
     out = tmp_path / "agent"
     env = {**ENV, "SEEDCLI_CACHE": str(tmp_path / "cache")}
     seed_cli("model", "init", "--preset", "tiny", "--out", str(out), "--seed", "0", "--warm-start", "expert",
-             "--env", "sokoban", "--games", "4", "--epochs", "1", env=env)  # fmt: skip
+             "--env", "sokoban", "--tasks", "4", "--epochs", "1", env=env)  # fmt: skip
     assert json.loads((out / WARMSTART_FILE).read_text())["rebuilt_with_agent_shape"] is True
     assert weights_sha256(out) in _golden("model_init")
     assert not (tmp_path / "runs").exists()  # the short form trains --out in place: no run directory
@@ -122,7 +122,7 @@ def test_model_init_warm_start_gives_the_same_weights_as_before(tmp_path):
 def test_the_run_directory_chains_its_inputs(stage_run):
     run_dir, ws = stage_run["run"], stage_run["ws"]
     manifest = verify_run(run_dir, "warmstart")  # complete, every output's sha256 as recorded
-    assert ws["status"] == "complete" and manifest.config["env"] == "sokoban" and manifest.config["games"] == 4
+    assert ws["status"] == "complete" and manifest.config["env"] == "sokoban" and manifest.config["tasks"] == 4
     metrics = manifest.metrics
     assert metrics["inputs/base_model"] == str(stage_run["base"])
     assert metrics["inputs/base_model_hash"] == model_hash(stage_run["base"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -161,11 +162,9 @@ def test_resolve_data_root_not_found_message(tmp_path):
     # The repository-relative fallback (../shared/alfworld next to the repo) exists here, so run with a copy of
     # the package whose "repository" has no data next to it.
     pkg = tmp_path / "repo" / "seedcli"
-    (pkg / "envs" / "alfworld").mkdir(parents=True)
-    for rel in ("__init__.py", "errors.py", "prompts.py", "envs/base.py", "envs/card.py", "envs/pool.py"):
-        (pkg / rel).write_text((REPO / "seedcli" / rel).read_text())
-    for src in (REPO / "seedcli" / "envs" / "alfworld").glob("*.py"):
-        (pkg / "envs" / "alfworld" / src.name).write_text(src.read_text())
+    # the whole package (a module the data resolver imports, now or later, is there), its envs/__init__ emptied so the
+    # environment registry's imports stay out
+    shutil.copytree(REPO / "seedcli", pkg, ignore=shutil.ignore_patterns("__pycache__"))
     (pkg / "envs" / "__init__.py").write_text("")
     (tmp_path / "cwd").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}

@@ -19,7 +19,7 @@ def test_paper_preset_carries_the_design_numbers():
 def test_precedence_defaults_preset_cli_overrides():
     cfg = build_config("collect", "tiny", {"tasks": 12}, ["temperature=0.25", "task_types=pick,look"])
     assert cfg.tasks == 12 and cfg.rollouts == 2 and cfg.temperature == 0.25
-    assert cfg.task_types == ["pick", "look"]
+    assert cfg.categories == ["pick", "look"]  # task_types: the old name of categories
 
 
 def test_bad_keys_values_and_files_are_one_line_user_errors(tmp_path):

@@ -136,7 +136,7 @@ def test_a_truncated_model_or_a_missing_tokenizer_is_one_line_before_the_warm_st
     for f in no_tokenizer.glob("tokenizer*"):
         f.unlink()
     runs = tmp_path / "runs"
-    common = ["--runs-dir", str(runs), "--env", "ezpoints", "--games", "1", "--epochs", "1", "--workers", "0"]
+    common = ["--runs-dir", str(runs), "--env", "ezpoints", "--tasks", "1", "--epochs", "1", "--workers", "0"]
     line = _one_error_line(runner.invoke(app, ["warmstart", "--model", str(truncated), *common]))
     assert f"model.safetensors is truncated or damaged ({size // 3} bytes, its header says {size})" in line
     line = _one_error_line(runner.invoke(app, ["warmstart", "--model", str(no_tokenizer), *common]))
@@ -194,7 +194,7 @@ def test_usage_errors_are_the_one_error_line(args, says):
 def test_the_epoch_loss_printed_is_the_one_the_manifest_records(tiny_model, tmp_path):
     runs = tmp_path / "runs"
     r = runner.invoke(app, ["warmstart", "--model", str(tiny_model), "--runs-dir", str(runs), "--env", "ezpoints",
-                            "--games", "3", "--epochs", "2", "--workers", "0", "--check-turns", "0",
+                            "--tasks", "3", "--epochs", "2", "--workers", "0", "--check-turns", "0",
                             "--check-skills", "0", "--cache-dir", str(tmp_path / "cache"), "batch_tokens=1024",
                             "--json"])  # fmt: skip
     assert r.exit_code == 0, r.output

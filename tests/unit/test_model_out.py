@@ -45,7 +45,7 @@ def _dead_pid() -> int:
 
 def test_model_init_refuses_an_existing_model_and_a_file(tmp_path):
     out = _model(tmp_path / "agent", "warm-started")
-    for extra in ([], ["--warm-start", "expert", "--env", "ezpoints", "--games", "1"]):
+    for extra in ([], ["--warm-start", "expert", "--env", "ezpoints", "--tasks", "1"]):
         r = runner.invoke(app, ["model", "init", "--preset", "tiny", "--out", str(out), *extra])
         assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
         assert f"--out {out} holds a model already; pass --force to replace it" in r.stderr

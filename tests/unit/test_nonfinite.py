@@ -76,7 +76,7 @@ def test_model_init_and_warmstart_refuse_a_non_finite_lr_before_building(tmp_pat
     for flag, value, says in (("--lr", "inf", "field 'lr': Input should be a finite number"),
                               ("--noise", "nan", "Invalid value for '--noise'")):  # fmt: skip
         r = runner.invoke(app, ["model", "init", "--out", str(out), "--warm-start", "expert", "--env", "ezpoints",
-                                "--games", "1", flag, value])  # fmt: skip
+                                "--tasks", "1", flag, value])  # fmt: skip
         assert r.exit_code == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
     r = runner.invoke(app, ["warmstart", "--model", str(out), "--runs-dir", str(tmp_path / "runs"), "lr=inf"])
     assert r.exit_code == 2 and "field 'lr'" in r.stderr and "finite" in r.stderr
@@ -145,7 +145,7 @@ def test_a_warm_start_whose_loss_turns_nan_ends_failed_with_no_model(tmp_path):
     model = build_test_model(tmp_path / "base")
     runs = tmp_path / "runs"
     r = runner.invoke(app, ["warmstart", "--model", str(model), "--runs-dir", str(runs), "--env", "ezpoints",
-                            "--games", "2", "--epochs", "2", "--workers", "0", "--check-turns", "0",
+                            "--tasks", "2", "--epochs", "2", "--workers", "0", "--check-turns", "0",
                             "--check-skills", "0", "--cache-dir", str(tmp_path / "cache"), "lr=1e30",
                             "batch_tokens=512"])  # fmt: skip
     assert r.exit_code == 2, r.output

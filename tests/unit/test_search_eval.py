@@ -62,10 +62,11 @@ def test_datasets_choose_data_sources() -> None:
     chosen = only_categories(env, _tasks(), ["nq", "bamboogle"])
     assert [t.category for t in chosen] == ["nq"] * 5 + ["bamboogle"] * 2
     assert {t.category for t in only_categories(env, _tasks(), ["hotpot"])} == {"hotpotqa"}  # an alias
-    with pytest.raises(UserError, match=r"--datasets musique: the split has no such data source; it has nq, bam"):
+    with pytest.raises(UserError, match=r"--categories musique: the split has no such data source; it has nq, bam"):
         only_categories(env, _tasks(), ["musique"])
-    cfg = EvalConfig(env="search", datasets="nq, bamboogle", limit=20, policy="expert")
-    assert cfg.datasets == ["nq", "bamboogle"] and cfg.split == "test"
+    cfg = EvalConfig(env="search", categories="nq, bamboogle", limit=20, policy="expert")
+    assert cfg.categories == ["nq", "bamboogle"] and cfg.split == "test"
+    assert EvalConfig(env="search", datasets="nq, bamboogle").categories == ["nq", "bamboogle"]  # the old name
 
 
 def _search_episode(i: int, source: str, won: bool, searches: int) -> Trajectory:

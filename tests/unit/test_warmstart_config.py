@@ -32,25 +32,26 @@ def test_the_config_is_a_stage_config_with_every_field_described():
     assert STAGE_CONFIGS["warmstart"] is WarmStartConfig
     assert all(f.description for f in WarmStartConfig.model_fields.values())
     cfg = WarmStartConfig()
-    # the defaults of the warm start before it was a stage (games 240, epochs 4, lr 1e-3, ...), shape kept
-    assert (cfg.games, cfg.epochs, cfg.noise, cfg.lr) == (240, 4, 0.2, 1e-3)
+    # the defaults of the warm start before it was a stage (tasks 240, epochs 4, lr 1e-3, ...), shape kept
+    assert (cfg.tasks, cfg.epochs, cfg.noise, cfg.lr) == (240, 4, 0.2, 1e-3)
     assert (cfg.prompt_weight, cfg.batch_tokens) == (0.5, 4096)
     assert (cfg.analysis_max_chars, cfg.check_turns, cfg.check_skills, cfg.skill_writing) == (6000, 64, 8, True)
     assert cfg.shape == "keep" and cfg.env == "alfworld" and cfg.max_steps is None and cfg.history is None
     # workers, threads and the cache do not change what is computed: left out of the hash
     assert cfg.config_hash() == WarmStartConfig(workers=0, threads=3, cache_dir="/tmp/x").config_hash()
-    assert cfg.config_hash() != WarmStartConfig(games=12).config_hash()
+    assert cfg.config_hash() != WarmStartConfig(tasks=12).config_hash()
+    assert WarmStartConfig(games=12).config_hash() == WarmStartConfig(tasks=12).config_hash()  # the old name
     assert WarmStartConfig(env=" Sokoban ").env == "sokoban"
 
 
 @pytest.mark.parametrize(
     ("override", "says"),
     [
-        ("games=0", "field 'games': Input should be greater than or equal to 1"),
+        ("tasks=0", "field 'tasks': Input should be greater than or equal to 1"),
         ("noise=1.0", "field 'noise': Input should be less than 1"),
         ("env=sokobn", "unknown environment 'sokobn'; did you mean 'sokoban'?"),
         ("shape=big", "field 'shape'"),
-        ("gamez=3", "field 'gamez' is not a warmstart key; did you mean 'games'?"),
+        ("taskz=3", "field 'taskz' is not a warmstart key; did you mean 'tasks'?"),
     ],
 )
 def test_bad_values_are_one_line_user_errors(override, says):
@@ -63,19 +64,19 @@ def test_a_config_file_section_and_overrides(tmp_path):
     path = tmp_path / "ws.yaml"
     path.write_text("seed: 3\nenv: sokoban\nwarmstart:\n  games: 12\n  epochs: 2\nsft:\n  epochs: 1\n")
     cfg = build_config("warmstart", str(path), {"lr": 5e-5}, ["prompt_weight=0"])
-    assert (cfg.seed, cfg.env, cfg.games, cfg.epochs, cfg.lr, cfg.prompt_weight) == (3, "sokoban", 12, 2, 5e-5, 0.0)
-    path.write_text("warmstart:\n  gmes: 12\n")
-    with pytest.raises(UserError, match=r"unknown key 'warmstart.gmes'; did you mean 'games'\?"):
+    assert (cfg.seed, cfg.env, cfg.tasks, cfg.epochs, cfg.lr, cfg.prompt_weight) == (3, "sokoban", 12, 2, 5e-5, 0.0)
+    path.write_text("warmstart:\n  tsks: 12\n")
+    with pytest.raises(UserError, match=r"unknown key 'warmstart.tsks'; did you mean 'tasks'\?"):
         build_config("warmstart", str(path))
 
 
 def test_help_print_config_and_a_bad_config_on_the_command_line(tmp_path):
     help_text = _flat(_invoke("warmstart", "--help").output)
-    for option in ("--model", "--env", "--games", "--noise", "--shape", "--print-config", "--json", "--config"):
+    for option in ("--model", "--env", "--tasks", "--noise", "--shape", "--print-config", "--json", "--config"):
         assert option in help_text
     assert "share of turns that play a random admissible action" in help_text
-    shown = _invoke("warmstart", "--env", "sokoban", "--print-config", "games=7")
-    assert shown.exit_code == 0 and "games: 7" in shown.stdout and "env: sokoban" in shown.stdout
+    shown = _invoke("warmstart", "--env", "sokoban", "--print-config", "tasks=7")
+    assert shown.exit_code == 0 and "tasks: 7" in shown.stdout and "env: sokoban" in shown.stdout
     bad = _invoke("warmstart", "--runs-dir", str(tmp_path / "runs"), "epochs=0")
     assert bad.exit_code == 2 and "field 'epochs'" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     missing = _invoke("warmstart", "--runs-dir", str(tmp_path / "runs"), "--model", str(tmp_path / "nope"))
@@ -87,13 +88,13 @@ def test_help_print_config_and_a_bad_config_on_the_command_line(tmp_path):
 
 def test_model_init_refuses_bad_warm_start_values_before_building(tmp_path):
     out = tmp_path / "m"
-    bad = _invoke("model", "init", "--out", str(out), "--warm-start", "expert", "--games", "0")
-    assert bad.exit_code == 2 and "field 'games'" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    bad = _invoke("model", "init", "--out", str(out), "--warm-start", "expert", "--tasks", "0")
+    assert bad.exit_code == 2 and "field 'tasks'" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert not out.exists()
 
 
 def test_model_init_maps_its_options_onto_the_config(tmp_path):
-    opts = {"env": "sokoban", "games": 4, "epochs": 1, "noise": 0.2, "skill_writing": True}
+    opts = {"env": "sokoban", "tasks": 4, "epochs": 1, "noise": 0.2, "skill_writing": True}
     scratch = _warm_start_config("expert", tmp_path, 5, False, opts, None, "auto")
     assert (scratch.shape, scratch.lr, scratch.prompt_weight, scratch.seed) == ("agent", 1e-3, 0.5, 5)
     pretrained = _warm_start_config("expert", tmp_path, 0, True, opts, None, "auto")
@@ -162,7 +163,7 @@ def test_model_init_refuses_a_gpu_it_does_not_have(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     out = tmp_path / "m"
-    r = _invoke("model", "init", "--out", str(out), "--warm-start", "expert", "--env", "ezpoints", "--games", "1",
+    r = _invoke("model", "init", "--out", str(out), "--warm-start", "expert", "--env", "ezpoints", "--tasks", "1",
                 "--device", "cuda")  # fmt: skip
     assert r.exit_code == 2 and "GPU is visible" in _flat(r.output)
     assert not out.exists()  # refused before the model was built

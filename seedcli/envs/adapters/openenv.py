@@ -211,8 +211,7 @@ def serve(app: str) -> str:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            log.seek(0)
-            tail = [line for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+            tail = _log_lines(log)
             raise UserError(
                 f"OpenEnv server app {app} did not start: {tail[-1] if tail else f'exit {proc.returncode}'}"
             )
@@ -220,10 +219,23 @@ def serve(app: str) -> str:
             with _DIRECT.open(f"{url}/health", timeout=2):
                 os.environ[key] = url
                 return url
+        except urllib.error.HTTPError as exc:  # uvicorn serves it, but it is no OpenEnv app: it will never answer
+            _stop(proc)
+            why = next((line.strip() for line in reversed(_log_lines(log)) if "Error" in line), "")
+            raise UserError(
+                f"OpenEnv server app {app} is not an OpenEnv server: GET /health answered HTTP {exc.code}"
+                f"{f' ({why})' if why else ''}; give app the object OpenEnv's create_app returned (package.module:app)"
+            ) from None
         except (urllib.error.URLError, OSError):
             time.sleep(0.2)
     _stop(proc)
     raise UserError(f"OpenEnv server app {app} did not answer on {url} within {START_TIMEOUT_S:.0f} s")
+
+
+def _log_lines(log) -> list[str]:
+    """The server's log so far, its non-blank lines."""
+    log.seek(0)
+    return [line for line in log.read().decode(errors="replace").splitlines() if line.strip()]
 
 
 def _stop(proc: subprocess.Popen) -> None:
