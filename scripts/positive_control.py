@@ -1,4 +1,4 @@
-"""The positive control for SEED's channel (docs/positive-control.md, issue 61 §4): from one start model, every arm ×
+"""The positive control for SEED's channel (docs/positive-control.md): from one start model, every arm ×
 seed of the config's `positive_control` section trained by `seed rl`, then read three ways against that start:
 success on the same held-out test tasks (`seed eval`), and absorption (`seed probe --measure absorption`) on two
 panels of expert-played states, the tasks the seed's rl runs trained on and held-out test tasks.
@@ -157,7 +157,7 @@ def main() -> int:
                 rl = steps.run(f"rl_{name}", [*seed, "rl", *c, "--runs-dir", str(runs), "--model", start,
                                               f"seed={s}", f"train_fraction={fraction!r}", *shlex.split(spec),
                                               "--json"], "rl")  # fmt: skip
-                model = str(Path(rl) / "model")
+                model = _final_model(Path(rl))
                 steps.run(f"eval_{name}", [*seed, "eval", *c, "--runs-dir", str(runs), "--from", rl, "--json"],
                           "eval")  # fmt: skip
                 steps.run(f"absorb_{name}_train", [*probe, "--from", train, "--model", model, "--baseline",
@@ -167,6 +167,16 @@ def main() -> int:
     report = [sys.executable, "scripts/positive_control_report.py", "--runs", str(runs), "-c", args.config,
               "--out", args.doc]  # fmt: skip
     return subprocess.run(report, cwd=ROOT, check=False).returncode
+
+
+def _final_model(rl: Path) -> str:
+    """The model an rl run ended with: its model/, or its last checkpoint's (`seed eval --from` reads it alike)."""
+    if (rl / "model" / "config.json").exists():
+        return str(rl / "model")
+    steps = sorted(rl.glob("checkpoints/step_*/model/config.json"))
+    if not steps:
+        raise SystemExit(f"{rl}: no model/ and no checkpoint with a model")
+    return str(steps[-1].parent)
 
 
 def _train_fraction(env: str, cfg: dict, n: int) -> float:

@@ -15,12 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from seedcli.report.probe import absorption_paired  # noqa: E402
+
 MEASURES = {
     "expert_action_logp": "ℓ of the expert's action tokens (no skill), − start",
+    "expert_final_action_logp": "ℓ of the expert's last action (search: the answer), − start",
     "own_gap": "oracle teacher's gap on own samples, − start",
 }
 CONTROLS = {"signed_oracle": "signed_oracle_shuffled", "seed_oracle": "seed_oracle_shuffled"}
@@ -71,10 +77,12 @@ def collect(runs: Path, arms: list[str], seeds: list[int]) -> dict:
             entry = {"won": _won(index[f"eval_{name}"]), **_rl_metrics(index[f"rl_{name}"])}
             for panel in ("train", "heldout"):
                 probe = index.get(f"absorb_{name}_{panel}")
-                if probe:
-                    result = json.loads((Path(probe) / "probe.json").read_text())
-                    entry[panel] = result.get("absorption_vs_baseline", {})
+                start = index.get(f"absorb_start_train_s{s}" if panel == "train" else "absorb_start_heldout")
+                if probe and start:
+                    # paired here, against the start's newest probe on the same panel (a start probe rerun with
+                    # more measures pairs with arms probed before it)
                     entry[f"{panel}_rows"] = _jsonl(Path(probe) / "absorption.jsonl")
+                    entry[panel] = absorption_paired(_jsonl(Path(start) / "absorption.jsonl"), entry[f"{panel}_rows"])
             per_seed[s] = entry
         if per_seed:
             out["arms"][arm] = per_seed
@@ -141,7 +149,7 @@ def plot(data: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     arms = list(data["arms"])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, len(MEASURES), figsize=(5.5 * len(MEASURES), 3.8))
     for ax, key in zip(axes, MEASURES, strict=True):
         for k, panel in enumerate(("train", "heldout")):
             ms, ses = [], []
@@ -174,11 +182,13 @@ def main() -> None:
     assets.mkdir(parents=True, exist_ok=True)
     plot(data, assets / "absorption.png")
     start = data["start_won"]
+    short = {"expert_action_logp": "ℓ expert action", "expert_final_action_logp": "ℓ expert's last action",
+             "own_gap": "own gap"}
+    cols = [f"{panel}: {short[k]} − start" for panel in ("train", "held-out") for k in MEASURES]
     head = [
-        "| arm | seeds | success % (mean ± SE over seeds) | − GRPO, paired per task (points) "
-        "| train: ℓ expert action − start | train: own gap − start | held-out: ℓ expert action − start "
-        "| held-out: own gap − start | OPD share of ‖∇ℓ‖ | s an update (× GRPO) |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| arm | seeds | success % (mean ± SE over seeds) | − GRPO, paired per task (points) | " + " | ".join(cols)
+        + " | OPD share of ‖∇ℓ‖ | s an update (× GRPO) |",
+        "|---|--:|--:|--:|" + "--:|" * len(cols) + "--:|--:|",
     ]
     contrast_head = [
         "| arm − control | panel | measure | mean ± paired SE (nats) | in SE | N | up/down | per seed |",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The probe across environments (issue 61 §1): for each environment with an expert, SmolLM2-135M-Instruct's teacher on
+# The probe across environments: for each environment with an expert, SmolLM2-135M-Instruct's teacher on
 # PANEL expert-played held-out episodes (skills: the oracle against another task's oracle, the model's own against
 # another task's own; absorption's starting figures), one `seed eval --policy expert` and one `seed probe` each.
 #   bash scripts/probe_sweep.sh                       # every environment, into runs/sweep/<env>/

@@ -1,4 +1,4 @@
-"""The probe across environments as one markdown table (docs/skill-probe.md, issue 61 §1): a row per probe run under
+"""The probe across environments as one markdown table (docs/skill-probe.md): a row per probe run under
 RUNS/<env>/probe/ (scripts/probe_sweep.sh), the base model on expert-played held-out episodes, and where a warm start
 was probed on its own episodes (RUNS/<env>/warm/probe/), its row beside.
 
