@@ -257,7 +257,7 @@ def repair_tail(path: Path, model: type[BaseModel] | None = None) -> int:
                 return 0  # a single line longer than 4 MiB: leave it to the reader to report
             new_size = data_start + cut + 1
             fh.truncate(new_size)
-            if body is not tail:
+            if size > new_size:
                 print(f"{path}: cut its half-written last line ({size - new_size} bytes)", file=sys.stderr)
             return size - new_size
     return 0

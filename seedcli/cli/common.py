@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -125,9 +126,7 @@ def no_space_message(exc: OSError, command: str) -> str:
     where = where.absolute()
     while not where.exists() and where != where.parent:
         where = where.parent
-    mount = where
-    while not os.path.ismount(mount) and mount != mount.parent:
-        mount = mount.parent
+    mount = mount_of(where)
     try:
         free = f"{shutil.disk_usage(where).free / 1e6:.0f} MB free"
     except OSError:
@@ -139,6 +138,26 @@ def no_space_message(exc: OSError, command: str) -> str:
     else:  # no run directory was left: nothing to resume
         again = f"run `seed {command}` again"
     return f"no space left on {mount} ({free}); free space and {again}"
+
+
+def mount_of(path: Path) -> Path:
+    """The mount point holding `path`: the longest mount point of /proc/self/mountinfo above it (a bind mount on the
+    same device as its parent counts, which `os.path.ismount` misses), else the nearest `ismount` ancestor."""
+    path = Path(path).absolute()
+    try:
+        points = []
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            field = line.split(" ")[4]  # the mount point, with spaces and the like as octal escapes
+            points.append(Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)))
+        above = [p for p in points if p == path or p in path.parents]
+        if above:
+            return max(above, key=lambda p: len(p.parts))
+    except (OSError, IndexError):
+        pass
+    mount = path
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    return mount
 
 
 def not_writable(exc: BaseException) -> OSError | None:
@@ -160,9 +179,7 @@ def not_writable_message(exc: OSError, command: str) -> str:
     instead: --runs-dir for a stage, --out for the commands that take one."""
     where = Path(exc.filename or Path.cwd()).absolute()
     if exc.errno == errno.EROFS:
-        mount = where
-        while not os.path.ismount(mount) and mount != mount.parent:
-            mount = mount.parent
+        mount = mount_of(where)
         why = f"the file system at {mount} is read-only"
     else:
         why = "permission denied"
@@ -179,6 +196,11 @@ class OneLineErrors(TyperGroup):
     a missing argument) are the one `error:` line of every other error (`fail`), exit code 2, not a usage box."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001
+        import seedcli.artifacts
+
+        # a command's messages name the run *it* opened: one called in the same process before (a notebook, a test
+        # runner) must not lend it its run directory for a log or a `--resume` hint
+        seedcli.artifacts.CURRENT_RUN = None
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:

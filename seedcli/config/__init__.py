@@ -246,8 +246,9 @@ def build_config(
     values.update(renamed(cls, parse_overrides(overrides), "key=value"))
     for key in values:
         if key not in cls.model_fields:
+            article = "an" if stage[0] in "aeiou" else "a"
             raise UserError(
-                f"{stage} config ({source} + options): field '{key}' is not a {stage} key"
+                f"{stage} config ({source} + options): field '{key}' is not {article} {stage} key"
                 f"{nearest(key, list(cls.model_fields))} (valid keys: {', '.join(cls.model_fields)})"
             )
     resume = values.get("resume")

@@ -151,6 +151,16 @@ def test_a_record_retried_whole_after_its_half_is_cut_on_resume(tmp_path, capsys
         read_done(path)
 
 
+def test_a_last_line_cut_before_its_newline_is_cut_and_said(tmp_path, capsys):
+    from seedcli.stages.common import read_done
+
+    path = tmp_path / "episodes.jsonl"
+    whole = _trajectory_line("e0000")
+    path.write_bytes(whole + _trajectory_line("e0001")[:100])  # the disk filled before the record's end
+    assert set(read_done(path)) == {"e0000"} and path.read_bytes() == whole
+    assert "cut its half-written last line (100 bytes)" in capsys.readouterr().err
+
+
 def _trajectory_line(episode_id: str) -> bytes:
     from seedcli.records import Trajectory, dumps
 
@@ -227,6 +237,25 @@ def test_a_real_read_only_filesystem_is_one_line(game, tmp_path):
         )  # fmt: skip
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert f"the file system at {disk} is read-only" in done.stderr
+    finally:
+        _umount(disk)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0, reason="a bind mount needs root on Linux")
+def test_a_read_only_bind_mount_is_named_not_its_device_root(tmp_path):
+    # a bind mount shares its device with its parent, so a walk up by os.path.ismount named "/" (writable)
+    from seedcli.cli.common import mount_of, not_writable_message
+
+    src, disk = tmp_path / "src", tmp_path / "ro"
+    src.mkdir()
+    disk.mkdir()
+    if subprocess.run(["mount", "--bind", str(src), str(disk)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here; the tmpfs test covers a read-only file system")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(disk)], capture_output=True, check=True)
+        assert mount_of(disk / "runs" / "eval") == disk
+        exc = OSError(errno.EROFS, "Read-only file system", str(disk / "runs"))
+        assert f"the file system at {disk} is read-only" in not_writable_message(exc, "eval")
     finally:
         _umount(disk)
 
