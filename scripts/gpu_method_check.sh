@@ -135,7 +135,8 @@ import sys, yaml
 d = yaml.safe_load(open(sys.argv[1]))
 d["model"]["preset"] = "tiny"
 d["method_check"]["seeds"] = [0]
-d["warmstart"].update(games=6, epochs=1, lr=1.0e-3)
+d["warmstart"].pop("games", None)  # (its old name)
+d["warmstart"].update(tasks=6, epochs=1, lr=1.0e-3)
 d["stage1"]["heldout_tasks"] = 2
 d["collect"].update(tasks=2, rollouts=2)
 d["rl"].update(steps=2, batch_tasks=1, group=4)

@@ -42,7 +42,7 @@ ENV=$(cfg "['env']")
 SEED=$(cfg "['seed']")
 # the warm start's settings: the `warmstart:` stage section (`warm_start:` in configs written before it was a stage)
 ws() { $PY -c "import yaml; d=yaml.safe_load(open('$CONFIG')); w=d.get('warmstart') or d['warm_start']; print(w$1)"; }
-GAMES=$(ws "['games']")
+GAMES=$(ws ".get('tasks', w.get('games'))")  # (games: its name in configs written before)
 EPOCHS=$(ws "['epochs']")
 PRESET=$(cfg ".get('model', {}).get('preset', 'tiny')")
 WS_LR=$(ws ".get('lr', '')")

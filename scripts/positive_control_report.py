@@ -122,6 +122,20 @@ def contrast_rows(data: dict) -> list[str]:
     lines = []
     arms = data["arms"]
     for arm, control in [(a, f"{a}_shuffled") for a in arms if f"{a}_shuffled" in arms]:
+        # success on the eval tasks, paired per task within a seed, pooled over the seeds both ran (in points)
+        pooled, per_seed = [], []
+        for s in sorted(set(arms[arm]) & set(arms[control])):
+            a, b = arms[arm][s]["won"], arms[control][s]["won"]
+            d = [100.0 * (a[t] - b[t]) for t in sorted(set(a) & set(b))]
+            if d:
+                pooled += d
+                per_seed.append(f"{sum(d) / len(d):+.1f}")
+        if pooled:
+            m, se = mean_se(pooled)
+            z = f"{m / se:+.1f}" if se and se == se else "—"
+            lines.append(f"| {arm} − {control} | eval tasks | success (points) | {m:+.1f} ± {se:.1f} | {z} | "
+                         f"{len(pooled)} | {sum(x > 0 for x in pooled)}/{sum(x < 0 for x in pooled)} | "
+                         f"{', '.join(per_seed)} |")  # fmt: skip
         for panel in ("train", "heldout"):
             for key in MEASURES:
                 pooled, per_seed = [], []
@@ -191,7 +205,7 @@ def main() -> None:
         "|---|--:|--:|--:|" + "--:|" * len(cols) + "--:|--:|",
     ]
     contrast_head = [
-        "| arm − control | panel | measure | mean ± paired SE (nats) | in SE | N | up/down | per seed |",
+        "| arm − control | panel | measure | mean ± paired SE (nats; success: points) | in SE | N | up/down | per seed |",
         "|---|---|---|--:|--:|--:|--:|---|",
     ]
     table = "\n".join(head + arm_rows(data))
