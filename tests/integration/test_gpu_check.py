@@ -14,6 +14,7 @@ import pytest
 from tests.helpers_cli import ENV, REPO
 
 
+@pytest.mark.slow  # the GPU check on CPU
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_gpu_check_runs_on_cpu(tmp_path):
     # this interpreter; the work directory lands under tmp_path

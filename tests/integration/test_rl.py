@@ -342,6 +342,7 @@ def test_vllm_engine_stale_refresh_stops_the_run(model, tmp_path, lr, message):
     assert not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text().strip()
 
 
+@pytest.mark.slow  # two ranks
 @needs_vllm
 def test_vllm_engine_two_fsdp_ranks_uneven(model, tmp_path):
     """`--nproc 2 --engine vllm parallel=fsdp`: each rank owns an independent vLLM engine (no data-parallel group),

@@ -45,6 +45,7 @@ def test_oracle_with_the_signed_form_on_every_environment(model, tmp_path, env):
     assert summary["analyzer"].startswith("oracle (privileged")
 
 
+@pytest.mark.slow  # two rl runs
 def test_gated_form_never_pushes_down_and_reward_direction_follows_the_advantage(model, tmp_path):
     gated, _ = rl_record(tmp_path / "gated", model, "ezpoints")
     assert gated["opd/push_down_frac"] == 0.0 and 0.0 < gated["opd/gate_mean"] < 1.0

@@ -73,6 +73,7 @@ def _kill_then_resume(stage: str, cfg_args: list[str], runs: Path) -> Path:
     return out.parent
 
 
+@pytest.mark.slow  # three runs of each stage
 @pytest.mark.parametrize("stage", ["collect", "eval"])
 def test_batch_size_workers_and_resume_leave_every_trajectory_identical(stage, tiny_model, tmp_path, alfworld_root):
     runs = tmp_path / "runs"

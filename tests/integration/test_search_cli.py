@@ -13,6 +13,8 @@ from seedcli.envs import get_env
 from seedcli.records import SkillRecord, Trajectory, read_jsonl
 from tests.helpers_cli import run_pipeline, seed_cli
 
+pytestmark = pytest.mark.slow  # every stage on search-QA as CLI subprocesses (make test-all; tests/unit covers the environment)
+
 SEARCH = get_env("search")
 
 

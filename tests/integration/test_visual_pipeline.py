@@ -82,6 +82,7 @@ def test_rescoring_sees_the_images(tiny_vl):
     engine.close()
 
 
+@pytest.mark.slow  # every stage of a vision-language model, twice
 @pytest.mark.parametrize("env", ["sokoban", "ezpoints"])
 def test_tiny_vl_pipeline_on_cpu(tmp_path, tiny_vl, env):
     runs = tmp_path / "runs"

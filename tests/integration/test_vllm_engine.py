@@ -210,6 +210,7 @@ def test_update_weights_makes_vllm_match_hf(result):
     assert result["reopened_greedy"] == [c["token_ids"] for c in result["greedy_hf"]]
 
 
+@pytest.mark.slow  # a vLLM engine in its own process
 def test_multiprocess_engine_generates_and_updates_weights(model_dirs, tmp_path):
     result = run_script(tmp_path, model_dirs, in_process=False)
     logprobs = [c["logprobs"] for c in result["sampled"]]

@@ -109,6 +109,7 @@ def test_the_response_only_loss_gives_the_same_weights_as_before(tmp_path):
     assert weights_sha256(model) in _golden("small_response_only")
 
 
+@pytest.mark.slow  # a second warm start
 def test_model_init_warm_start_gives_the_same_weights_as_before(tmp_path):
     out = tmp_path / "agent"
     env = {**ENV, "SEEDCLI_CACHE": str(tmp_path / "cache")}
