@@ -136,11 +136,12 @@ d = yaml.safe_load(open(sys.argv[1]))
 d["model"]["preset"] = "tiny"
 d["method_check"]["seeds"] = [0]
 d["warmstart"].pop("games", None)  # (its old name)
-d["warmstart"].update(tasks=6, epochs=1, lr=1.0e-3)
+d["warmstart"].update(tasks=2, epochs=1, lr=1.0e-3)
 d["stage1"]["heldout_tasks"] = 2
-d["collect"].update(tasks=2, rollouts=2)
-d["rl"].update(steps=2, batch_tasks=1, group=4)
-d["eval"].update(limit=8)
+# three turns of 32 tokens (skills 64): each step's code path, not its length, is what the smoke checks
+d["collect"].update(tasks=2, rollouts=2, max_steps=3, max_new_tokens=32)
+d["rl"].update(steps=2, batch_tasks=1, group=4, max_steps=3, max_new_tokens=32, analyzer_max_new_tokens=64)
+d["eval"].update(limit=4, max_steps=3, max_new_tokens=32)
 try:
     import torch
     gpu = torch.cuda.is_available()

@@ -50,6 +50,7 @@ def test_collect_writes_a_complete_verified_run_covering_all_task_types(tiny_mod
     assert os.readlink(runs / "collect" / "latest") == run_dir.name
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_ends_with_the_same_episode_ids_once_each(tiny_model, tmp_path):
     runs = tmp_path / "runs"
     # 4 episodes in play at a time: a kill after the first wave leaves a run that is part done

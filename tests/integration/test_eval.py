@@ -42,6 +42,7 @@ def test_expert_wins_every_game_of_a_type_balanced_sample(tmp_path):
     assert all(e.won and e.split == "valid_unseen" and e.length == len(e.turns) for e in episodes)
 
 
+@pytest.mark.slow
 def test_tiny_model_partial_run_writes_results_report_and_png(tiny_model, tmp_path):
     run_dir, results = _run(
         tmp_path, "--split", "seen", "--model", str(tiny_model), "--limit", "12",
@@ -57,6 +58,7 @@ def test_tiny_model_partial_run_writes_results_report_and_png(tiny_model, tmp_pa
     assert all("Episode-Level Skill" not in t.prompt for e in read_jsonl(run_dir / "episodes.jsonl", Trajectory) for t in e.turns)
 
 
+@pytest.mark.slow
 def test_random_policy_gives_the_floor_and_report_compares_runs(tmp_path):
     expert_dir, _ = _run(tmp_path, "--split", "seen", "--policy", "expert", "--limit", "6", "--max-steps", "10")
     random_dir, results = _run(tmp_path, "--split", "seen", "--policy", "random", "--limit", "6", "--max-steps", "10")

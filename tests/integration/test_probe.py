@@ -36,7 +36,8 @@ def probe(runs: Path, env: str, src: Path, model: Path, *args: str) -> tuple[dic
     return json.loads((run / "probe.json").read_text()), run
 
 
-@pytest.mark.parametrize("env", list(SPLIT))
+# make test probes EZPoints; the four other environments run in make test-all (slow)
+@pytest.mark.parametrize("env", [e if e == "ezpoints" else pytest.param(e, marks=pytest.mark.slow) for e in SPLIT])
 def test_probe_rescores_an_expert_run_under_every_context(model, tmp_path, env):
     src = expert_run(tmp_path, env)
     result, run = probe(tmp_path, env, src, model, "--skills", "rules")
@@ -56,6 +57,7 @@ def test_probe_rescores_an_expert_run_under_every_context(model, tmp_path, env):
     assert len(skills) == episodes and all(s["skill"] for s in skills)
 
 
+@pytest.mark.slow
 def test_play_puts_the_skill_in_every_turn_and_pairs_the_tasks(model, tmp_path):
     src = expert_run(tmp_path, "ezpoints", limit=4)
     result, run = probe(tmp_path, "ezpoints", src, model, "--skills", "rules", "--play", "3")
@@ -82,6 +84,7 @@ def test_bad_inputs_are_one_line(model, tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+@pytest.mark.slow
 def test_probe_on_the_vllm_engine(model, tmp_path):
     src = expert_run(tmp_path, "ezpoints", limit=2)
     result, _ = probe(tmp_path, "ezpoints", src, model, "--skills", "self", "--engine", "vllm", "--play", "2",

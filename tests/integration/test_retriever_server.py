@@ -148,6 +148,7 @@ def seed_eval(runs: Path, *options: str) -> dict:
     return {"results": json.loads((run_dir / "results.json").read_text()), "episodes": episodes}
 
 
+@pytest.mark.slow
 def test_seed_eval_same_in_process_and_served(tmp_path: Path, server: str) -> None:
     """`seed eval --env search --policy expert` on dev (10 questions per data source): identical figures and
     episodes with in-process BM25 and through `seed retriever serve`."""

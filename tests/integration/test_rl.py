@@ -124,6 +124,7 @@ def test_seed_with_static_skills(seed_run):
     assert "skill:" in shown.stdout and "mean shift" in shown.stdout and "update 2" in shown.stdout
 
 
+@pytest.mark.slow
 def test_grpo_skips_analyzer_and_teacher(model, tmp_path, monkeypatch):
     monkeypatch.setenv("SEEDCLI_PROGRESS_S", "0")  # a progress line at every change
     proc = seed_rl(tmp_path, model, "--algo", "grpo")
@@ -139,6 +140,7 @@ def test_grpo_skips_analyzer_and_teacher(model, tmp_path, monkeypatch):
         assert not any(k.startswith("analyzer/") for k in r)
 
 
+@pytest.mark.slow
 def test_self_analyzer_on_a_random_model_rejects_without_error(model, tmp_path):
     # save_every=0 also: the run completes with no checkpoint at all (its manifest lists none)
     seed_rl(tmp_path, model, "--analyzer", "self", "--steps", "1", "analyzer_max_new_tokens=24", "save_every=0")
@@ -162,6 +164,7 @@ def ddp_run(model, tmp_path_factory) -> tuple[dict, list[dict]]:
     return json.loads(proc.stdout.strip().splitlines()[-1]), metrics(run_dir(runs))
 
 
+@pytest.mark.slow
 def test_two_processes_ddp(ddp_run):
     summary, records = ddp_run
     assert summary["status"] == "complete"
@@ -173,6 +176,7 @@ def test_two_processes_ddp(ddp_run):
     assert "val/success_rate" in records[1] and records[1]["val/games"] == 2 and "val/success_rate" not in records[0]
 
 
+@pytest.mark.slow
 def test_two_processes_fsdp_on_cpu_matches_ddp(ddp_run, model, tmp_path):
     """FSDP2 over gloo in fp32: the GPU code path (sharded actor and reference, gathered weights pushed into a separate
     engine, probe check, sharded optimizer checkpoint) computes what DDP computes."""
@@ -197,6 +201,7 @@ UNEVEN = ("--analyzer", STATIC, "--steps", "1", "--batch-tasks", "1", "--group",
           "--val-every", "0", "micro_batch_tokens=64")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_fsdp_ranks_with_uneven_micro_batches_finish_and_match_one_process(model, tmp_path):
     """Two FSDP ranks whose shares pack into different numbers of micro-batches (and of teacher forwards) finish —
     before the fix gloo aborted with a collective mismatch — and their first update's losses equal one process's."""
@@ -212,6 +217,7 @@ def test_fsdp_ranks_with_uneven_micro_batches_finish_and_match_one_process(model
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.slow
 def test_kill_and_resume_continue_exactly(model, seed_run, tmp_path):
     args = ("--analyzer", STATIC, "--steps", "3")
     proc = seed_rl(tmp_path, model, *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -281,6 +287,7 @@ if __name__ == "__main__":
 
 
 @needs_vllm
+@pytest.mark.slow
 def test_vllm_engine_two_updates_refresh_verified(model, tmp_path):
     """Rollouts in vLLM, the trainer's state dict pushed into it after each update, the probe agreeing to fp32 noise."""
     proc = seed_rl(tmp_path, model, *VLLM, "--analyzer", STATIC, "--json")
@@ -302,6 +309,7 @@ def test_vllm_engine_two_updates_refresh_verified(model, tmp_path):
 
 
 @needs_vllm
+@pytest.mark.slow
 def test_vllm_engine_self_analyzer(model, tmp_path):
     """The analyzer pass runs through the vLLM engine (greedy); a random model's skills are rejected without error."""
     seed_rl(tmp_path, model, "--engine", "vllm", "--analyzer", "self", "--steps", "1", "analyzer_max_new_tokens=24")
@@ -321,6 +329,7 @@ def test_vllm_engine_self_analyzer(model, tmp_path):
         ("1e-6", "exact checksum"),
     ],
 )
+@pytest.mark.slow
 def test_vllm_engine_stale_refresh_stops_the_run(model, tmp_path, lr, message):
     """Stale rollouts are a silent killer: without the weight refresh the run stops on update 1 with one clear line."""
     script = tmp_path / "seed_stale.py"

@@ -28,6 +28,7 @@ def test_grpo_with_reuse_drop_and_warmup(model, tmp_path):  # noqa: F811
             assert r["actor/optimizer_steps"] == 0.0
 
 
+@pytest.mark.slow
 def test_seed_with_reuse_keeps_every_opd_sample(model, tmp_path):  # noqa: F811
     records = seed_rl(
         tmp_path, model, "--algo", "seed", "--analyzer", "rules", "old_logp=reuse", "zero_adv=drop",

@@ -58,6 +58,7 @@ def test_gigpo_logs_step_groups_and_trains_without_a_teacher(model, tmp_path):
         assert r["actor/skipped"] == 0.0 and r["actor/optimizer_steps"] >= 1
 
 
+@pytest.mark.slow
 def test_seed_on_gigpo_adds_opd_and_the_teacher_can_retire(model, tmp_path):
     records = seed_rl(
         tmp_path, model, "--algo", "seed", "--analyzer", "rules", "step_advantage=gigpo", "steps=3",

@@ -51,6 +51,7 @@ def pipeline(tmp_path_factory) -> tuple[Path, Path]:
     return model, runs
 
 
+@pytest.mark.slow
 def test_guarded_update_logs_the_measures(pipeline):
     model, runs = pipeline
     rec = rl_record(runs, model, f"static:{runs / 'annotate' / 'latest'}", "sample_every=1")
@@ -70,6 +71,7 @@ def test_guarded_update_logs_the_measures(pipeline):
     assert "high-entropy tokens" in shown and "the update's top 20%" in shown
 
 
+@pytest.mark.slow
 def test_contrast_pass_scores_tokens_when_skills_differ(pipeline, tmp_path):
     model, runs = pipeline
     # the rules analyzer writes one text for every Sokoban episode: nothing to contrast with; a library of differing

@@ -124,6 +124,7 @@ def model(tiny_model) -> Path:
     return tiny_model  # the tiny preset, built once per test run (tests/conftest.py)
 
 
+@pytest.mark.slow
 def test_a_lora_seed_and_a_lora_grpo_update_train_only_the_adapter(model, tmp_path):
     seed_rl(tmp_path / "seed", model)
     run = run_dir(tmp_path / "seed")
@@ -233,8 +234,9 @@ def test_kill_after_update_1_then_resume_equals_an_uninterrupted_lora_run(model,
 @pytest.mark.slow
 def test_smollm2_lora_grpo_and_seed_updates_and_a_stale_engine(smollm2_dir, tmp_path):
     """SmolLM2-135M-Instruct (Llama: no q/k/v biases, 30 layers, tied embeddings, a 49,152-token vocabulary) in fp32:
-    one short update each; the proof checks the adapted weights of layers 0 and 29."""
-    short = ("--steps", "1", "--batch-tasks", "1", "--group", "2", "--max-steps", "2", "max_new_tokens=24",
+    one short update each (two one-turn episodes: the fp32 passes over SmolLM2 are the test's time); the proof checks
+    the adapted weights of layers 0 and 29."""
+    short = ("--steps", "1", "--batch-tasks", "1", "--group", "2", "--max-steps", "1", "max_new_tokens=24",
              "micro_batch_tokens=4096", "dtype=float32")  # fmt: skip
     layers = json.loads((smollm2_dir / "config.json").read_text())["num_hidden_layers"]
     for algo in ("grpo", "seed"):

@@ -25,6 +25,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.slow
 def test_rl_tensorboard_holds_every_metric_of_metrics_jsonl(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -35,6 +35,7 @@ def _same(a: dict[str, dict], b: dict[str, dict]) -> None:
             assert max((abs(p - q) for p, q in zip(x["logprobs"], y["logprobs"], strict=True)), default=0) < 1e-4
 
 
+@pytest.mark.slow
 def test_collect_lockstep_and_async_play_the_same_trajectories(tmp_path, tiny):
     runs = {}
     for mode in ("lockstep", "async"):
@@ -46,6 +47,7 @@ def test_collect_lockstep_and_async_play_the_same_trajectories(tmp_path, tiny):
     _same(lock, asyn)
 
 
+@pytest.mark.slow
 def test_rl_lockstep_and_async_give_the_same_first_update(tmp_path, tiny):
     rows = {}
     for mode in ("lockstep", "async"):
@@ -61,6 +63,7 @@ def test_rl_lockstep_and_async_give_the_same_first_update(tmp_path, tiny):
     assert analysis and analysis == {k: v for k, v in asyn.items() if k in analysis}
 
 
+@pytest.mark.slow
 def test_async_a_dying_env_worker_is_one_error_and_loses_no_finished_episode(tiny):
     """The worker is killed once the first episode has ended: play_episodes raises the pool's one-line error (it
     names the games in play), the finished episode was handed over already, and nothing hangs."""

@@ -331,6 +331,7 @@ class _Interrupt(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_resume_after_interruption_continues_at_the_checkpoint_step(pipeline, monkeypatch, tmp_path):
     import torch
     from safetensors.torch import load_file

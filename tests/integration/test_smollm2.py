@@ -165,7 +165,7 @@ def test_every_stage_runs_on_smollm2(smollm2_dir, tmp_path):
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "2", "SEEDCLI_DTYPE": ""}
     small = ["max_new_tokens=24", "workers=0"]
     collect = summary(
-        seed_cli("collect", *common, "--model", str(smollm2_dir), "tasks=2", "rollouts=2", "max_steps=2", *small,
+        seed_cli("collect", *common, "--model", str(smollm2_dir), "tasks=2", "rollouts=2", "max_steps=1", *small,
                  env=env)
     )  # fmt: skip
     assert collect["metrics"]["episodes"] == 4
@@ -174,7 +174,7 @@ def test_every_stage_runs_on_smollm2(smollm2_dir, tmp_path):
     sft_dir = runs / "sft" / sft["run_id"]
     assert (sft_dir / "model" / "model.safetensors").is_file()
     rl = summary(
-        seed_cli("rl", *common, "--analyzer", "self", "steps=1", "batch_tasks=1", "group=2", "max_steps=2",
+        seed_cli("rl", *common, "--analyzer", "self", "steps=1", "batch_tasks=1", "group=2", "max_steps=1",
                  "analyzer_max_new_tokens=48", *small, env=env)
     )  # fmt: skip
     rl_dir = runs / "rl" / rl["run_id"]

@@ -148,6 +148,7 @@ def test_tiny_vl_pipeline_on_cpu(tmp_path, tiny_vl, env):
     assert proc.returncode == 2 and "sha256" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_fsdp_ranks_shard_the_vision_tower_and_match_one_process(tmp_path, tiny_vl):
     """Two gloo ranks under FSDP2 with unequal shares (3 rollouts of one room): the vision blocks are sharded with
     the text layers, the rank with less work runs padding forwards on a blank image (no hang), and the first update

@@ -98,6 +98,7 @@ def result(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["sampled", "greedy", "forced"])
+@pytest.mark.slow
 def test_request_by_request_gives_generates_completions(result, name):
     r = result[name]
     assert r["same_tokens"] and r["max_dlogp"] < 1e-3, r
@@ -105,6 +106,7 @@ def test_request_by_request_gives_generates_completions(result, name):
         assert r["distinct"] > 1  # the requests differ, so equality is not trivial
 
 
+@pytest.mark.slow
 def test_forced_lengths_hold_and_cost_fewer_iterations_than_lockstep(result):
     r = result["forced"]
     assert r["lengths"] == r["wanted"]
@@ -171,6 +173,7 @@ INTERRUPT_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_generate_after_an_interrupted_async_rollout(tmp_path):
     """An async rollout stopped while its other episodes' requests were still in vLLM: the next `generate` (and
     `score`) gives what it gave before the rollout, instead of also running the leftovers and failing on their ids."""

@@ -165,6 +165,7 @@ def result(model_dirs, tmp_path_factory):
     return run_script(tmp_path_factory.mktemp("vllm"), model_dirs, in_process=True)
 
 
+@pytest.mark.slow
 def test_prompts_and_stop_handling_match_the_hf_engine(result):
     assert result["render_equal"]
     assert result["threads_after_init"] == 1  # vLLM's thread change was undone
@@ -181,17 +182,20 @@ def test_prompts_and_stop_handling_match_the_hf_engine(result):
     assert {c["finish_reason"] for c in result["sampled"]} == {"stop", "length"}
 
 
+@pytest.mark.slow
 def test_sampled_logprobs_agree_with_hf_scores(result):
     logprobs = [c["logprobs"] for c in result["sampled"]]
     assert max_abs_diff(logprobs, result["sampled_hf_score"]) < LOGPROB_TOL
     assert max_abs_diff(result["sampled_vllm_score"], result["sampled_hf_score"]) < LOGPROB_TOL
 
 
+@pytest.mark.slow
 def test_logprobs_are_raw_at_any_temperature_and_top_p(result):
     logprobs = [c["logprobs"] for c in result["hot"]]
     assert max_abs_diff(logprobs, result["hot_hf_score"]) < LOGPROB_TOL
 
 
+@pytest.mark.slow
 def test_seeds_reproduce_and_group_members_differ(result):
     sampled = [c["token_ids"] for c in result["sampled"]]
     assert result["sampled_again"] == sampled
@@ -200,6 +204,7 @@ def test_seeds_reproduce_and_group_members_differ(result):
     assert len({tuple(ids) for ids in first_prompt}) > 1  # each rollout of one prompt has its own stream
 
 
+@pytest.mark.slow
 def test_update_weights_makes_vllm_match_hf(result):
     assert [c["token_ids"] for c in result["greedy_vllm"]] == [c["token_ids"] for c in result["greedy_hf"]]
     assert max_abs_diff(result["tiny_vllm_score"], result["tiny_hf_score"]) < LOGPROB_TOL

@@ -26,6 +26,7 @@ def _examples(n: int, vocab: int, seed: int = 0) -> list[tuple[list[int], list[i
 
 
 @pytest.mark.parametrize("prompt_weight", [0.0, 0.5])
+@pytest.mark.slow
 def test_two_ranks_train_the_weights_one_process_trains(tmp_path, prompt_weight):
     torch.set_num_threads(1)
     base = build_tiny_model(tmp_path / "one", preset="tiny", seed=0, corpus=sample_texts(), **SMALL_SHAPE)
@@ -59,6 +60,7 @@ def test_two_ranks_train_the_weights_one_process_trains(tmp_path, prompt_weight)
     assert moved > 1e-3  # the single process's step moved the weights (the comparison is not of two untrained models)
 
 
+@pytest.mark.slow
 def test_the_warm_start_with_two_ranks_records_what_one_process_records(tmp_path):
     """`warm_start` (the clone, its checks and warmstart.json) with nproc=2 on text Sokoban, against nproc=1."""
     from seedcli.config import WarmStartConfig

@@ -96,6 +96,7 @@ def stage_run(tmp_path_factory):
     return {"tmp": tmp, "base": base, "ws": ws, "run": run_dir, "collect": runs / "collect" / col["run_id"]}
 
 
+@pytest.mark.slow
 def test_the_stage_gives_the_weights_of_the_warm_start_before_it(stage_run):
     assert weights_sha256(stage_run["run"] / "model") in _golden("small")
 
@@ -120,6 +121,7 @@ def test_model_init_warm_start_gives_the_same_weights_as_before(tmp_path):
     assert not (tmp_path / "runs").exists()  # the short form trains --out in place: no run directory
 
 
+@pytest.mark.slow
 def test_the_run_directory_chains_its_inputs(stage_run):
     run_dir, ws = stage_run["run"], stage_run["ws"]
     manifest = verify_run(run_dir, "warmstart")  # complete, every output's sha256 as recorded
@@ -140,6 +142,7 @@ def test_the_run_directory_chains_its_inputs(stage_run):
     assert (run_dir / "config.yaml").exists() and (run_dir.parent / "latest").resolve() == run_dir.resolve()
 
 
+@pytest.mark.slow
 def test_collect_takes_the_model_and_chains_the_warm_start_run(stage_run):
     collect = read_manifest(stage_run["collect"])
     assert collect.status == "complete"

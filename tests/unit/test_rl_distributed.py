@@ -97,6 +97,7 @@ class _StubTokenizer:
         (Path(path) / "tokenizer_config.json").write_text("{}")
 
 
+@pytest.mark.slow
 def test_two_ranks_match_one_process(tmp_path):
     lm, samples = _setup()
     res, _ = _train(lm, samples, DistInfo())

@@ -8,6 +8,7 @@ import contextlib
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -67,6 +68,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_fsdp_refresh_gathers_each_storage_once_in_the_engine_dtype(tmp_path):
     init_file = tempfile.mktemp(dir=tmp_path)
     mp.spawn(_worker, args=(2, init_file, str(tmp_path)), nprocs=2, join=True)

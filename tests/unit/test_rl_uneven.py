@@ -122,6 +122,7 @@ def test_kl_max_is_the_mean_over_replies_of_each_replys_largest_token_kl():
     assert res.metrics["actor/kl_max"] > res.metrics["actor/kl"] > 0
 
 
+@pytest.mark.slow
 def test_two_fsdp_ranks_with_uneven_passes_match_one_process(tmp_path):
     single, res, *_ = run_update(DistInfo(), SMALL)
     init_file = tempfile.mktemp(dir=tmp_path)

@@ -138,6 +138,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str, fsdp: bool) -> 
 
 
 @pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp2"])
+@pytest.mark.slow
 def test_gradients_over_two_ranks_equal_the_full_forwards(tmp_path, fsdp):
     init = Path(tempfile.mkdtemp()) / "init"
     mp.spawn(_worker, args=(2, str(init), str(tmp_path), fsdp), nprocs=2, join=True)
