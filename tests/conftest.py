@@ -108,3 +108,11 @@ def tiny_model(request) -> Path:
     return _cached_build(
         request, "tiny", inputs, lambda out: tiny.build_tiny_model(out, preset="tiny", seed=0, corpus=corpus)
     )
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Modules holding a test marked slow run first, each module's tests in their own order: under xdist both
+    workers then start on the long real-model tests and end on the many short ones, instead of one worker finishing
+    a ten-minute test alone while the other idles (make test-all's tail)."""
+    has_slow = {item.module.__name__ for item in items if item.get_closest_marker("slow") and item.module}
+    items.sort(key=lambda item: 0 if item.module and item.module.__name__ in has_slow else 1)  # stable: order kept
