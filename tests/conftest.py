@@ -110,6 +110,17 @@ def tiny_model(request) -> Path:
     )
 
 
+def pytest_runtest_setup(item) -> None:
+    """One torch thread per test beside another xdist worker, whichever module was imported last: a module that sets
+    two threads at import (the vision tests do, for a run in one process) would otherwise leave every later test of
+    its worker with two OpenMP threads on two busy cores, which wait at each barrier for a descheduled thread (five
+    times slower, measured on SmolLM2 through every stage)."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 and "torch" in __import__("sys").modules:
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Modules holding a test marked slow run first, each module's tests in their own order: under xdist both
     workers then start on the long real-model tests and end on the many short ones, instead of one worker finishing

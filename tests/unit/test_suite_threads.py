@@ -1,0 +1,15 @@
+"""The suite's own set-up (tests/conftest.py): beside another xdist worker, every test starts on one torch thread."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+
+def test_a_test_beside_another_worker_starts_on_one_torch_thread():
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
+        pytest.skip("one process has the cores to itself: conftest leaves its thread count alone")
+    # tests/unit/test_vision_plumbing.py, collected after this module, sets two threads at import
+    assert torch.get_num_threads() == 1
