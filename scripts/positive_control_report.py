@@ -3,11 +3,12 @@ from the run directories its index.json names.
 
     python scripts/positive_control_report.py --runs runs/pc -c configs/positive_control.yaml --out docs/positive-control.md
 
-Per arm, over its seeds: success on the held-out test tasks (and, paired per task, against GRPO of the same seed);
-absorption against the start on the training panel and the held-out panel (`seed probe --measure absorption
---baseline`: each seed's paired mean over the panel's episodes, then the mean over seeds); the OPD term's share of the
-gradient norm on ℓ_θ (`opd/grad_share`); the wall time of an update against GRPO's. Then each arm against its control
-on the same panel episodes (the skill's information: X − X_shuffled), pooled over seeds, ± its paired standard error.
+Per arm, over its seeds: success on the held-out test tasks (and, paired per task, against GRPO of the same seed at
+the arm's learning rate); absorption against the start on the training panel and the held-out panel (`seed probe
+--measure absorption --baseline`: each seed's paired mean over the panel's episodes, then the mean over seeds); the
+OPD term's share of the gradient norm on ℓ_θ (`opd/grad_share`); the wall time of an update against GRPO's. Then each
+arm against its control on the same panel episodes (the skill's information: X − X_shuffled) and against GRPO at its
+learning rate (what the teacher adds to the outcome reward), pooled over seeds, ± its paired standard error.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -29,7 +31,26 @@ MEASURES = {
     "expert_final_action_logp": "ℓ of the expert's last action (search: the answer), − start",
     "own_gap": "oracle teacher's gap on own samples, − start",
 }
-CONTROLS = {"signed_oracle": "signed_oracle_shuffled", "seed_oracle": "seed_oracle_shuffled"}
+# an arm's dose or sampling suffix: signed_oracle_lr1e4 is signed_oracle at lr 1e-4, signed_oracle_t1 at temperature 1
+SUFFIX = re.compile(r"(_lr[0-9][0-9e.-]*|_t[0-9][0-9.]*)$")
+
+
+def grpo_of(arm: str, arms) -> str | None:
+    """The GRPO arm trained at the same dose as `arm` (signed_oracle_lr1e4 → grpo_lr1e4, signed_oracle → grpo), or
+    None when the config has none (signed_oracle_t1: no GRPO at temperature 1) or `arm` is a GRPO arm itself."""
+    if arm.startswith("grpo"):
+        return None
+    match = SUFFIX.search(arm.removesuffix("_shuffled"))
+    grpo = "grpo" + (match.group(0) if match else "")
+    return grpo if grpo in arms else None
+
+
+def contrast_pairs(arms) -> list[tuple[str, str]]:
+    """Each arm against its shuffled control (the skill's information), then each skill-reading arm against GRPO at
+    its own dose (what the teacher adds to the outcome reward alone)."""
+    pairs = [(a, f"{a}_shuffled") for a in arms if f"{a}_shuffled" in arms]
+    pairs += [(a, grpo_of(a, arms)) for a in arms if not a.endswith("_shuffled") and grpo_of(a, arms)]
+    return pairs
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
@@ -91,14 +112,15 @@ def collect(runs: Path, arms: list[str], seeds: list[int]) -> dict:
 
 def arm_rows(data: dict) -> list[str]:
     lines = []
-    grpo = data["arms"].get("grpo", {})
     for arm, per_seed in data["arms"].items():
         seeds = sorted(per_seed)
+        # success and update time against GRPO at the arm's own dose (a GRPO arm: against itself)
+        grpo = per_seed if arm.startswith("grpo") else data["arms"].get(grpo_of(arm, data["arms"]) or "grpo", {})
         success = [100 * sum(per_seed[s]["won"].values()) / max(len(per_seed[s]["won"]), 1) for s in seeds]
         m, se = mean_se(success)
         vs = []
         for s in seeds:
-            if arm != "grpo" and s in grpo:
+            if grpo is not per_seed and s in grpo:
                 both = sorted(set(per_seed[s]["won"]) & set(grpo[s]["won"]))
                 vs.append(100 * sum(per_seed[s]["won"][t] - grpo[s]["won"][t] for t in both) / max(len(both), 1))
         cells = [arm, str(len(seeds)), fmt(m, se, ".1f"), fmt(*mean_se(vs), "+.1f") if vs else "—"]
@@ -117,11 +139,12 @@ def arm_rows(data: dict) -> list[str]:
 
 
 def contrast_rows(data: dict) -> list[str]:
-    """Each arm against its control on the same panel episodes: per-episode differences pooled over the seeds both
-    ran (N = seeds × panel episodes), ± their paired SE; and the per-seed means."""
+    """Each arm against its control on the same panel episodes (contrast_pairs: its shuffled control, and GRPO at its
+    own dose): per-episode differences pooled over the seeds both ran (N = seeds × panel episodes), ± their paired
+    SE; and the per-seed means."""
     lines = []
     arms = data["arms"]
-    for arm, control in [(a, f"{a}_shuffled") for a in arms if f"{a}_shuffled" in arms]:
+    for arm, control in contrast_pairs(arms):
         # success on the eval tasks, paired per task within a seed, pooled over the seeds both ran (in points)
         pooled, per_seed = [], []
         for s in sorted(set(arms[arm]) & set(arms[control])):
@@ -140,7 +163,9 @@ def contrast_rows(data: dict) -> list[str]:
             for key in MEASURES:
                 pooled, per_seed = [], []
                 for s in sorted(set(arms[arm]) & set(arms[control])):
-                    a = {r["episode_id"]: r[key] for r in arms[arm][s].get(f"{panel}_rows", []) if r.get(key) is not None}
+                    a = {
+                        r["episode_id"]: r[key] for r in arms[arm][s].get(f"{panel}_rows", []) if r.get(key) is not None
+                    }
                     b = {r["episode_id"]: r[key] for r in arms[control][s].get(f"{panel}_rows", [])
                          if r.get(key) is not None}  # fmt: skip
                     d = [a[e] - b[e] for e in sorted(set(a) & set(b))]
@@ -196,12 +221,16 @@ def main() -> None:
     assets.mkdir(parents=True, exist_ok=True)
     plot(data, assets / "absorption.png")
     start = data["start_won"]
-    short = {"expert_action_logp": "ℓ expert action", "expert_final_action_logp": "ℓ expert's last action",
-             "own_gap": "own gap"}
+    short = {
+        "expert_action_logp": "ℓ expert action",
+        "expert_final_action_logp": "ℓ expert's last action",
+        "own_gap": "own gap",
+    }
     cols = [f"{panel}: {short[k]} − start" for panel in ("train", "held-out") for k in MEASURES]
     head = [
-        "| arm | seeds | success % (mean ± SE over seeds) | − GRPO, paired per task (points) | " + " | ".join(cols)
-        + " | OPD share of ‖∇ℓ‖ | s an update (× GRPO) |",
+        "| arm | seeds | success % (mean ± SE over seeds) | − GRPO at its lr, paired per task (points) | "
+        + " | ".join(cols)
+        + " | OPD share of ‖∇ℓ‖ | s an update (× GRPO at its lr) |",
         "|---|--:|--:|--:|" + "--:|" * len(cols) + "--:|--:|",
     ]
     contrast_head = [
@@ -211,9 +240,7 @@ def main() -> None:
     table = "\n".join(head + arm_rows(data))
     contrast = "\n".join(contrast_head + contrast_rows(data))
     start_text = f"{100 * sum(start.values()) / len(start):.1f}% of {len(start)}" if start else "—"
-    (assets / "tables.md").write_text(
-        f"start: {start_text}\n\n{table}\n\n{contrast}\n"
-    )
+    (assets / "tables.md").write_text(f"start: {start_text}\n\n{table}\n\n{contrast}\n")
     print(f"start {start_text}\n{table}\n\n{contrast}")
 
 
