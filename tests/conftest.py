@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,10 +116,10 @@ def pytest_runtest_setup(item) -> None:
     two threads at import (the vision tests do, for a run in one process) would otherwise leave every later test of
     its worker with two OpenMP threads on two busy cores, which wait at each barrier for a descheduled thread (five
     times slower, measured on SmolLM2 through every stage)."""
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 and "torch" in __import__("sys").modules:
-        import torch
+    from tests.helpers_cli import beside_another_worker
 
-        torch.set_num_threads(1)
+    if beside_another_worker() and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

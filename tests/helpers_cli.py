@@ -12,12 +12,35 @@ REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+def beside_another_worker() -> bool:
+    """True in a pytest-xdist worker with other workers beside it on the same cores: there two OpenMP threads per
+    process wait at every barrier for a descheduled thread (tests/conftest.py, test_every_stage_runs_on_smollm2)."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
+
+
 def seed_cli(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
     """`seed ARGS` from the repository root (`kw` overrides subprocess.run's options); a failure raises with stderr."""
     kw = {"cwd": REPO, "env": ENV, "timeout": 900, **kw}
     proc = subprocess.run([sys.executable, "-m", "seedcli", *args], capture_output=True, text=True, **kw)
     if check and proc.returncode != 0:
         raise AssertionError(f"seed {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def start_model_init(out: Path, **popen_kw) -> subprocess.Popen:
+    """`seed model init --preset tiny --out OUT` started in the background and returned once its build has begun
+    (the partial model exists beside --out), for a test that interrupts it; `popen_kw` goes to subprocess.Popen."""
+    import time
+
+    from seedcli.artifacts.staging import staging_dir
+
+    cmd = [sys.executable, "-m", "seedcli", "model", "init", "--preset", "tiny", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, **popen_kw)
+    build = staging_dir(out) / "model"
+    deadline = time.time() + 120
+    while not build.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert build.exists(), "the build never started"
     return proc
 
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.helpers_cli import seed_cli, summary
+from tests.helpers_cli import beside_another_worker, seed_cli, summary
 
 
 def test_model_init_writes_an_ordinary_checkpoint_with_its_provenance(smollm2_dir):
@@ -166,8 +166,7 @@ def test_every_stage_runs_on_smollm2(smollm2_dir, tmp_path):
     # two threads only when this test has the cores to itself: beside another xdist worker, two OpenMP threads on
     # two busy cores wait at every barrier for a descheduled thread (measured: 504 s for the stages, against 89 s
     # with one thread beside the same load; 83 s with two threads alone)
-    alone = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1
-    env = {**os.environ, "OMP_NUM_THREADS": "2" if alone else "1", "SEEDCLI_DTYPE": ""}
+    env = {**os.environ, "OMP_NUM_THREADS": "1" if beside_another_worker() else "2", "SEEDCLI_DTYPE": ""}
     small = ["max_new_tokens=24", "workers=0"]
     collect = summary(
         seed_cli("collect", *common, "--model", str(smollm2_dir), "tasks=2", "rollouts=2", "max_steps=1", *small,

@@ -12,8 +12,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,7 @@ from seedcli.artifacts import read_manifest
 from seedcli.artifacts.staging import staging_dir
 from seedcli.cli import app
 from seedcli.records import JsonlWriter, dumps
-from tests.helpers_cli import ENV, REPO
+from tests.helpers_cli import start_model_init
 from tests.helpers_models import build_test_model
 
 runner = CliRunner()
@@ -156,14 +154,8 @@ def test_ctrl_c_of_model_init_says_what_was_kept_and_exits_130(tmp_path):
     terminal's foreground job does: a test run started in the background (`make test &`, a CI runner's job) ignores
     SIGINT, and an ignored signal stays ignored across exec: the build would finish as if never interrupted."""
     out = tmp_path / "agent"
-    cmd = [sys.executable, "-m", "seedcli", "model", "init", "--preset", "tiny", "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = start_model_init(out, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_sigint_as_at_a_terminal)  # fmt: skip
-    build = staging_dir(out) / "model"
-    deadline = time.time() + 120
-    while not build.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert build.exists(), "the build never started"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from seedcli.artifacts.lock import LOCK
 from seedcli.artifacts.staging import REPLACED, model_output, staging_dir
 from seedcli.cli import app
 from seedcli.errors import UserError
-from tests.helpers_cli import ENV, REPO
+from tests.helpers_cli import start_model_init
 
 runner = CliRunner()
 
@@ -91,13 +90,7 @@ def test_a_second_writer_of_the_same_out_is_refused_while_the_first_runs(tmp_pat
 
 def test_a_killed_model_init_leaves_nothing_at_out_and_the_rerun_clears_its_partial_model(tmp_path):
     out = tmp_path / "agent"
-    cmd = [sys.executable, "-m", "seedcli", "model", "init", "--preset", "tiny", "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    build = staging_dir(out) / "model"
-    deadline = time.time() + 120
-    while not build.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert build.exists(), "the build never started"
+    proc = start_model_init(out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not out.exists()  # before: the half-built model sat at --out

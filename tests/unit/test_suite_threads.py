@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
+from tests.helpers_cli import beside_another_worker
+
 
 def test_a_test_beside_another_worker_starts_on_one_torch_thread():
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) <= 1:
+    if not beside_another_worker():
         pytest.skip("one process has the cores to itself: conftest leaves its thread count alone")
     # tests/unit/test_vision_plumbing.py, collected after this module, sets two threads at import
     assert torch.get_num_threads() == 1
